@@ -1,0 +1,27 @@
+"""The instance catalog: what can be bought, what it is, what it costs.
+
+The planner asks the catalog (``catalog.offerings(accelerator="gpu").cheapest()``);
+it never parses price tables. Data ships inside the package (see ``data/README.md``).
+"""
+
+from mark.catalog.model import (
+    Accelerator,
+    Catalog,
+    InstanceType,
+    LambdaPrices,
+    Market,
+    Offering,
+    Offerings,
+    load_catalog,
+)
+
+__all__ = [
+    "Accelerator",
+    "Catalog",
+    "InstanceType",
+    "LambdaPrices",
+    "Market",
+    "Offering",
+    "Offerings",
+    "load_catalog",
+]

@@ -1,0 +1,129 @@
+"""The ports: small protocols each world (sim, local, aws) provides.
+
+Everything AWS-specific sits behind ``Fleet`` and ``Serverless``; the control
+loop only ever sees these. Records are plain frozen dataclasses so a simulator,
+a moto-backed adapter and the real one are interchangeable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from mark.catalog import Market
+
+
+class InstanceState(StrEnum):
+    """Lifecycle of an instance; the same names as EC2's, plus ``ready`` (agent answers)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    SHUTTING_DOWN = "shutting-down"
+    TERMINATED = "terminated"
+
+
+class InstanceRole(StrEnum):
+    SERVING = "serving"  # bought by the planner
+    BACKUP = "backup"  # launched by the SLO monitor
+    STANDBY = "standby"  # stopped burstable, started on a spot interruption
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    model: str
+    instance_type: str
+    market: Market
+    count: int = 1
+    role: InstanceRole = InstanceRole.SERVING
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """What a Fleet reports about one instance it owns."""
+
+    instance_id: str
+    model: str
+    instance_type: str
+    market: Market
+    state: InstanceState
+    role: InstanceRole
+    launched_at: float
+    address: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+class NoticeKind(StrEnum):
+    INTERRUPTION = "interruption"  # reclaimed in about 2 minutes
+    REBALANCE = "rebalance"  # elevated risk of interruption
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptionNotice:
+    instance_id: str
+    kind: NoticeKind
+    at: float
+    action_at: float | None = None  # when the instance will be reclaimed
+
+
+@dataclass(frozen=True, slots=True)
+class SpillResult:
+    outputs: Sequence[Any]
+    duration_ms: float
+    billed_ms: int
+    memory_mb: int
+    cold_start: bool
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the Unix epoch (virtual in the simulator)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on this clock."""
+        ...
+
+
+class Fleet(Protocol):
+    async def launch(self, request: LaunchRequest) -> list[InstanceInfo]:
+        """Launch instances; raise ``InsufficientCapacity`` or ``Throttled`` on failure."""
+        ...
+
+    async def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Terminate instances mark owns; raise ``NotOwned`` for any other."""
+        ...
+
+    async def stop(self, instance_ids: Sequence[str]) -> None:
+        """Stop (not terminate) burstable standbys."""
+        ...
+
+    async def start(self, instance_ids: Sequence[str]) -> None:
+        """Start stopped standbys."""
+        ...
+
+    async def list(self) -> list[InstanceInfo]:
+        """Every instance mark owns, in any state but terminated."""
+        ...
+
+    def interruptions(self) -> AsyncIterator[InterruptionNotice]:
+        """Spot interruption and rebalance notices as they arrive."""
+        ...
+
+    async def spot_prices(self, instance_types: Sequence[str]) -> dict[str, float]:
+        """Current spot price per hour by instance type."""
+        ...
+
+
+class Serverless(Protocol):
+    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
+        """Run one batch on the spill function."""
+        ...
+
+    async def warm_up(self, model: str, concurrency: int) -> None:
+        """Ping the function so ``concurrency`` runtimes are warm."""
+        ...

@@ -1,0 +1,97 @@
+"""Plain records the store takes and returns, so callers never hold ORM objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    instance_id: str
+    model: str
+    instance_type: str
+    market: str
+    role: str
+    state: str
+    price_per_hour: float
+    launched_at: float
+    updated_at: float
+    address: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceEvent:
+    instance_id: str
+    state: str
+    at: float
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalWindow:
+    model: str
+    window_start: float
+    window_s: float
+    count: int
+
+    @property
+    def rate(self) -> float:
+        """Requests per second in this window."""
+        return self.count / self.window_s
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyRollup:
+    model: str
+    minute_start: float
+    requests: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    slo_hits: int
+    slo_misses: int
+    spilled: int = 0
+    errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    model: str
+    at: float
+    action: str  # launch | retire | start-standby | stop-standby | backup | keep
+    reason: str
+    instance_type: str | None = None
+    market: str | None = None
+    count: int = 1
+    instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRecord:
+    model: str
+    at: float
+    planner: str
+    forecast: Sequence[float]
+    horizon_cost: float
+    explanation: Mapping[str, Any] = field(default_factory=dict)
+    decisions: Sequence[Decision] = ()
+    id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    kind: str  # ec2 | lambda
+    model: str
+    start: float
+    end: float
+    component: str  # on-demand | spot | standby | lambda
+    unit_price: float
+    cost: float
+    instance_id: str | None = None
+    instance_type: str | None = None
+    seconds: float = 0.0
+    billed_seconds: float = 0.0
+    requests: int = 0
+    gb_seconds: float = 0.0

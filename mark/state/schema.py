@@ -1,0 +1,136 @@
+"""The tables of the state store (SQLAlchemy 2 declarative).
+
+Times are float seconds since the Unix epoch *on the world's clock*, so the
+simulator's virtual time and the daemon's wall time share one schema. Money is
+USD as float; every priced row keeps the unit price it used, so a report can be
+re-derived without the catalog of that day.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class InstanceRow(Base):
+    """One EC2 (or simulated, or local) instance mark launched or adopted."""
+
+    __tablename__ = "instances"
+
+    instance_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(64), index=True)
+    instance_type: Mapped[str] = mapped_column(String(32))
+    market: Mapped[str] = mapped_column(String(16))
+    role: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    address: Mapped[str | None] = mapped_column(String(128))
+    price_per_hour: Mapped[float] = mapped_column(Float)
+    launched_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class InstanceEventRow(Base):
+    """A state transition of an instance, with its timestamp."""
+
+    __tablename__ = "instance_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instance_id: Mapped[str] = mapped_column(
+        ForeignKey("instances.instance_id", ondelete="CASCADE"), index=True
+    )
+    state: Mapped[str] = mapped_column(String(16))
+    at: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class ArrivalRow(Base):
+    """Requests that arrived for a model in one sample window (P_s)."""
+
+    __tablename__ = "arrivals"
+    __table_args__ = (UniqueConstraint("model", "window_start", name="uq_arrivals_window"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model: Mapped[str] = mapped_column(String(64))
+    window_start: Mapped[float] = mapped_column(Float)
+    window_s: Mapped[float] = mapped_column(Float)
+    count: Mapped[int] = mapped_column(Integer)
+
+
+class LatencyRollupRow(Base):
+    """Latency quantiles and SLO outcomes of one model over one minute."""
+
+    __tablename__ = "latency_rollups"
+    __table_args__ = (UniqueConstraint("model", "minute_start", name="uq_latency_minute"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model: Mapped[str] = mapped_column(String(64))
+    minute_start: Mapped[float] = mapped_column(Float)
+    requests: Mapped[int] = mapped_column(Integer)
+    p50_ms: Mapped[float] = mapped_column(Float)
+    p95_ms: Mapped[float] = mapped_column(Float)
+    p99_ms: Mapped[float] = mapped_column(Float)
+    slo_hits: Mapped[int] = mapped_column(Integer)
+    slo_misses: Mapped[int] = mapped_column(Integer)
+    spilled: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class PlanRow(Base):
+    """What the controller decided in one step, and why."""
+
+    __tablename__ = "plans"
+    __table_args__ = (Index("ix_plans_model_at", "model", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float)
+    planner: Mapped[str] = mapped_column(String(32))
+    forecast: Mapped[list[float]] = mapped_column(JSON)
+    horizon_cost: Mapped[float] = mapped_column(Float)
+    explanation: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class DecisionRow(Base):
+    """One action taken (launch, retire, start standby, ...) with its reason."""
+
+    __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_at", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    plan_id: Mapped[int | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"))
+    model: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float)
+    action: Mapped[str] = mapped_column(String(32))
+    instance_type: Mapped[str | None] = mapped_column(String(32))
+    market: Mapped[str | None] = mapped_column(String(16))
+    count: Mapped[int] = mapped_column(Integer, default=1)
+    instance_id: Mapped[str | None] = mapped_column(String(64))
+    reason: Mapped[str] = mapped_column(Text)
+
+
+class LedgerRow(Base):
+    """A priced charge: an EC2 run (per second, 60 s minimum) or Lambda invocations."""
+
+    __tablename__ = "ledger"
+    __table_args__ = (Index("ix_ledger_start", "start"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))  # ec2 | lambda
+    model: Mapped[str] = mapped_column(String(64))
+    start: Mapped[float] = mapped_column(Float)
+    end: Mapped[float] = mapped_column(Float)
+    component: Mapped[str] = mapped_column(String(16))  # on-demand | spot | standby | lambda
+    instance_id: Mapped[str | None] = mapped_column(String(64))
+    instance_type: Mapped[str | None] = mapped_column(String(32))
+    unit_price: Mapped[float] = mapped_column(Float)  # per hour (ec2) or per GB-s (lambda)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    billed_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    requests: Mapped[int] = mapped_column(Integer, default=0)
+    gb_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    cost: Mapped[float] = mapped_column(Float)

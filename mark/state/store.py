@@ -1,0 +1,330 @@
+"""SqlStore: the ``Store`` port on SQLAlchemy 2 async (SQLite by default, PostgreSQL by URL)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import event, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from mark.errors import StoreError
+from mark.state import migrate
+from mark.state.records import (
+    ArrivalWindow,
+    Decision,
+    InstanceEvent,
+    InstanceRecord,
+    LatencyRollup,
+    LedgerEntry,
+    PlanRecord,
+)
+from mark.state.schema import (
+    ArrivalRow,
+    Base,
+    DecisionRow,
+    InstanceEventRow,
+    InstanceRow,
+    LatencyRollupRow,
+    LedgerRow,
+    PlanRow,
+)
+
+R = TypeVar("R")
+
+
+def _to_record(row: Base, cls: type[R], drop: Iterable[str] = ("id",)) -> R:
+    fields = {
+        c.key: getattr(row, c.key)
+        for c in row.__table__.columns
+        if c.key not in drop
+    }
+    return cls(**fields)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.close()
+
+
+def make_engine(url: str) -> AsyncEngine:
+    """An async engine; for SQLite, creates the file's folder and turns on WAL and FKs."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database
+        if db and db != ":memory:":
+            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(url, pool_pre_ping=True)
+
+
+class SqlStore:
+    """Instances, telemetry roll-ups, plans and decisions, and the cost ledger."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._session = async_sessionmaker(engine, expire_on_commit=False)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def check_schema(self) -> None:
+        """Fail with a clear message when the database is not at the code's migration head."""
+        try:
+            current = await migrate.current_revision(self.engine)
+        except (OperationalError, DBAPIError, OSError) as exc:
+            raise StoreError(f"cannot reach the database: {_one_line(exc)}") from None
+        head = migrate.head_revision()
+        if current != head:
+            raise StoreError(
+                f"database schema is at {current or 'empty'}, code expects {head}; "
+                "run `mark db upgrade`"
+            )
+
+    # -- instances -------------------------------------------------------
+
+    async def upsert_instance(self, rec: InstanceRecord, reason: str | None = None) -> None:
+        """Insert or update an instance; a changed state is logged as a transition."""
+        async with self._session.begin() as s:
+            row = await s.get(InstanceRow, rec.instance_id)
+            if row is None:
+                s.add(InstanceRow(**asdict(rec)))
+                await s.flush()  # the event's foreign key needs the row first
+                s.add(self._event(rec.instance_id, rec.state, rec.updated_at, reason))
+                return
+            changed = row.state != rec.state
+            for k, v in asdict(rec).items():
+                setattr(row, k, v)
+            if changed:
+                s.add(self._event(rec.instance_id, rec.state, rec.updated_at, reason))
+
+    async def set_instance_state(
+        self,
+        instance_id: str,
+        state: str,
+        at: float,
+        *,
+        address: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        async with self._session.begin() as s:
+            row = await s.get(InstanceRow, instance_id)
+            if row is None:
+                raise StoreError(f"unknown instance {instance_id!r}")
+            if address is not None:
+                row.address = address
+            row.updated_at = at
+            if row.state != state:
+                row.state = state
+                s.add(self._event(instance_id, state, at, reason))
+
+    @staticmethod
+    def _event(instance_id: str, state: str, at: float, reason: str | None) -> InstanceEventRow:
+        return InstanceEventRow(instance_id=instance_id, state=state, at=at, reason=reason)
+
+    async def instances(
+        self, *, model: str | None = None, states: Sequence[str] | None = None
+    ) -> list[InstanceRecord]:
+        q = select(InstanceRow).order_by(InstanceRow.launched_at, InstanceRow.instance_id)
+        if model is not None:
+            q = q.where(InstanceRow.model == model)
+        if states is not None:
+            q = q.where(InstanceRow.state.in_(list(states)))
+        async with self._session() as s:
+            rows = (await s.scalars(q)).all()
+        return [_to_record(r, InstanceRecord, drop=()) for r in rows]
+
+    async def instance_events(self, instance_id: str) -> list[InstanceEvent]:
+        q = (
+            select(InstanceEventRow)
+            .where(InstanceEventRow.instance_id == instance_id)
+            .order_by(InstanceEventRow.at, InstanceEventRow.id)
+        )
+        async with self._session() as s:
+            rows = (await s.scalars(q)).all()
+        return [_to_record(r, InstanceEvent) for r in rows]
+
+    # -- telemetry -------------------------------------------------------
+
+    async def add_arrivals(self, windows: Sequence[ArrivalWindow]) -> None:
+        """Record closed sample windows; re-recording a window replaces its count."""
+        async with self._session.begin() as s:
+            for w in windows:
+                if w.window_s <= 0 or w.count < 0:
+                    raise StoreError(f"invalid arrival window {w}")
+                existing = await s.scalar(
+                    select(ArrivalRow).where(
+                        ArrivalRow.model == w.model, ArrivalRow.window_start == w.window_start
+                    )
+                )
+                if existing is None:
+                    s.add(ArrivalRow(**asdict(w)))
+                else:
+                    existing.count = w.count
+                    existing.window_s = w.window_s
+
+    async def arrivals(self, model: str, since: float, until: float) -> list[ArrivalWindow]:
+        q = (
+            select(ArrivalRow)
+            .where(
+                ArrivalRow.model == model,
+                ArrivalRow.window_start >= since,
+                ArrivalRow.window_start < until,
+            )
+            .order_by(ArrivalRow.window_start)
+        )
+        async with self._session() as s:
+            rows = (await s.scalars(q)).all()
+        return [_to_record(r, ArrivalWindow) for r in rows]
+
+    async def add_latency_rollup(self, r: LatencyRollup) -> None:
+        async with self._session.begin() as s:
+            existing = await s.scalar(
+                select(LatencyRollupRow).where(
+                    LatencyRollupRow.model == r.model,
+                    LatencyRollupRow.minute_start == r.minute_start,
+                )
+            )
+            if existing is None:
+                s.add(LatencyRollupRow(**asdict(r)))
+            else:
+                for k, v in asdict(r).items():
+                    setattr(existing, k, v)
+
+    async def latency_rollups(self, model: str, since: float, until: float) -> list[LatencyRollup]:
+        q = (
+            select(LatencyRollupRow)
+            .where(
+                LatencyRollupRow.model == model,
+                LatencyRollupRow.minute_start >= since,
+                LatencyRollupRow.minute_start < until,
+            )
+            .order_by(LatencyRollupRow.minute_start)
+        )
+        async with self._session() as s:
+            rows = (await s.scalars(q)).all()
+        return [_to_record(r, LatencyRollup) for r in rows]
+
+    # -- plans and decisions ---------------------------------------------
+
+    async def record_plan(self, plan: PlanRecord) -> int:
+        """Store a plan with its decisions; returns the plan's id."""
+        async with self._session.begin() as s:
+            row = PlanRow(
+                model=plan.model,
+                at=plan.at,
+                planner=plan.planner,
+                forecast=[float(x) for x in plan.forecast],
+                horizon_cost=plan.horizon_cost,
+                explanation=dict(plan.explanation),
+            )
+            s.add(row)
+            await s.flush()
+            for d in plan.decisions:
+                s.add(DecisionRow(plan_id=row.id, **asdict(d)))
+            return row.id
+
+    async def record_decision(self, d: Decision) -> None:
+        """A decision taken outside a plan (SLO-monitor backup, standby start)."""
+        async with self._session.begin() as s:
+            s.add(DecisionRow(plan_id=None, **asdict(d)))
+
+    async def plans(self, model: str, limit: int = 10) -> list[PlanRecord]:
+        """The newest ``limit`` plans, newest first, each with its decisions."""
+        async with self._session() as s:
+            rows = (
+                await s.scalars(
+                    select(PlanRow)
+                    .where(PlanRow.model == model)
+                    .order_by(PlanRow.at.desc(), PlanRow.id.desc())
+                    .limit(limit)
+                )
+            ).all()
+            out = []
+            for r in rows:
+                ds = (
+                    await s.scalars(
+                        select(DecisionRow)
+                        .where(DecisionRow.plan_id == r.id)
+                        .order_by(DecisionRow.id)
+                    )
+                ).all()
+                out.append(
+                    PlanRecord(
+                        id=r.id,
+                        model=r.model,
+                        at=r.at,
+                        planner=r.planner,
+                        forecast=list(r.forecast),
+                        horizon_cost=r.horizon_cost,
+                        explanation=dict(r.explanation),
+                        decisions=[_to_record(d, Decision, drop=("id", "plan_id")) for d in ds],
+                    )
+                )
+        return out
+
+    async def decisions(self, since: float, until: float) -> list[Decision]:
+        q = (
+            select(DecisionRow)
+            .where(DecisionRow.at >= since, DecisionRow.at < until)
+            .order_by(DecisionRow.at, DecisionRow.id)
+        )
+        async with self._session() as s:
+            rows = (await s.scalars(q)).all()
+        return [_to_record(r, Decision, drop=("id", "plan_id")) for r in rows]
+
+    # -- ledger ----------------------------------------------------------
+
+    async def add_charges(self, entries: Sequence[LedgerEntry]) -> None:
+        async with self._session.begin() as s:
+            s.add_all(LedgerRow(**asdict(e)) for e in entries)
+
+    async def ledger(
+        self, since: float | None = None, until: float | None = None, model: str | None = None
+    ) -> list[LedgerEntry]:
+        """Charges whose start falls in [since, until)."""
+        q = select(LedgerRow).order_by(LedgerRow.start, LedgerRow.id)
+        if since is not None:
+            q = q.where(LedgerRow.start >= since)
+        if until is not None:
+            q = q.where(LedgerRow.start < until)
+        if model is not None:
+            q = q.where(LedgerRow.model == model)
+        async with self._session() as s:
+            rows = (await s.scalars(q)).all()
+        return [_to_record(r, LedgerEntry) for r in rows]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+async def open_store(url: str, *, upgrade: bool = False) -> SqlStore:
+    """Open the store at ``url``; migrate it first when ``upgrade``, else check it is migrated."""
+    engine = make_engine(url)
+    store = SqlStore(engine)
+    try:
+        if upgrade:
+            try:
+                await migrate.upgrade(engine)
+            except (OperationalError, DBAPIError, OSError) as exc:
+                raise StoreError(f"cannot migrate the database: {_one_line(exc)}") from None
+        await store.check_schema()
+    except BaseException:
+        await engine.dispose()
+        raise
+    return store

@@ -1,0 +1,167 @@
+"""The store against a real SQLite file and a real PostgreSQL database."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import inspect
+
+from mark.errors import StoreError
+from mark.state import (
+    ArrivalWindow,
+    Decision,
+    InstanceRecord,
+    LatencyRollup,
+    LedgerEntry,
+    PlanRecord,
+    open_store,
+)
+from mark.state import migrate
+from mark.state.store import make_engine
+
+TABLES = {
+    "instances",
+    "instance_events",
+    "arrivals",
+    "latency_rollups",
+    "plans",
+    "decisions",
+    "ledger",
+    "alembic_version",
+}
+
+
+async def test_migration_from_empty_creates_every_table(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        assert await migrate.current_revision(engine) is None
+        await migrate.upgrade(engine)
+        assert await migrate.current_revision(engine) == migrate.head_revision()
+        async with engine.connect() as conn:
+            names = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+        assert names >= TABLES
+        await migrate.downgrade(engine, "base")
+        async with engine.connect() as conn:
+            names = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+        assert names & (TABLES - {"alembic_version"}) == set()
+    finally:
+        await engine.dispose()
+
+
+async def test_unmigrated_database_is_refused_with_advice(db_url: str) -> None:
+    with pytest.raises(StoreError, match="mark db upgrade"):
+        await open_store(db_url)
+
+
+async def test_unreachable_database_is_a_store_error() -> None:
+    url = "postgresql+asyncpg://postgres@127.0.0.1:1/none"
+    with pytest.raises(StoreError, match="cannot"):
+        await open_store(url, upgrade=True)
+
+
+def _instance(iid: str, state: str, at: float, **kw: object) -> InstanceRecord:
+    base: dict[str, object] = dict(
+        instance_id=iid,
+        model="digits",
+        instance_type="c5.large",
+        market="spot",
+        role="serving",
+        state=state,
+        price_per_hour=0.0286,
+        launched_at=100.0,
+        updated_at=at,
+    )
+    base.update(kw)
+    return InstanceRecord(**base)  # type: ignore[arg-type]
+
+
+async def test_instance_state_transitions_are_kept_with_timestamps(db_url: str) -> None:
+    store = await open_store(db_url, upgrade=True)
+    try:
+        await store.upsert_instance(_instance("i-1", "pending", 100.0), reason="planner")
+        await store.set_instance_state("i-1", "running", 160.0, address="127.0.0.1:9001")
+        await store.set_instance_state("i-1", "running", 170.0)  # not a transition
+        await store.upsert_instance(_instance("i-2", "stopped", 120.0, role="standby"))
+        await store.set_instance_state("i-1", "terminated", 400.0, reason="cool-down")
+
+        events = await store.instance_events("i-1")
+        assert [(e.state, e.at) for e in events] == [
+            ("pending", 100.0),
+            ("running", 160.0),
+            ("terminated", 400.0),
+        ]
+        assert events[0].reason == "planner" and events[-1].reason == "cool-down"
+        (i1,) = await store.instances(states=["terminated"])
+        assert i1.address == "127.0.0.1:9001" and i1.updated_at == 400.0
+        assert [i.instance_id for i in await store.instances(model="digits")] == ["i-1", "i-2"]
+        with pytest.raises(StoreError, match="unknown instance"):
+            await store.set_instance_state("i-404", "running", 1.0)
+    finally:
+        await store.close()
+
+
+async def test_arrivals_and_latency_rollups_round_trip(db_url: str) -> None:
+    store = await open_store(db_url, upgrade=True)
+    try:
+        windows = [ArrivalWindow("digits", 60.0 + 5 * k, 5.0, 10 * k) for k in range(12)]
+        await store.add_arrivals(windows)
+        await store.add_arrivals([ArrivalWindow("digits", 60.0, 5.0, 7)])  # re-recorded
+        got = await store.arrivals("digits", 60.0, 90.0)
+        assert [w.count for w in got] == [7, 10, 20, 30, 40, 50]
+        assert got[2].rate == pytest.approx(4.0)
+        assert await store.arrivals("other", 0.0, 1e9) == []
+        with pytest.raises(StoreError):
+            await store.add_arrivals([ArrivalWindow("digits", 0.0, 0.0, 1)])
+
+        r = LatencyRollup("digits", 60.0, 100, 12.0, 40.0, 95.0, 97, 3, spilled=5, errors=1)
+        await store.add_latency_rollup(r)
+        await store.add_latency_rollup(LatencyRollup("digits", 60.0, 120, 12, 41, 96, 118, 2))
+        (back,) = await store.latency_rollups("digits", 0.0, 1e9)
+        assert (back.requests, back.slo_hits, back.slo_misses) == (120, 118, 2)
+    finally:
+        await store.close()
+
+
+async def test_plans_keep_their_decisions_and_reasons(db_url: str) -> None:
+    store = await open_store(db_url, upgrade=True)
+    try:
+        launch = Decision("digits", 60.0, "launch", "cheapest per request", "c5.large", "spot", 2)
+        plan = PlanRecord(
+            model="digits",
+            at=60.0,
+            planner="greedy",
+            forecast=[10.0, 12.5, 9.0],
+            horizon_cost=0.0143,
+            explanation={"items": [{"offering": "c5.large/spot", "span": [0, 2]}]},
+            decisions=[launch],
+        )
+        pid = await store.record_plan(plan)
+        await store.record_plan(PlanRecord("digits", 120.0, "greedy", [1.0], 0.001))
+        await store.record_decision(Decision("digits", 130.0, "backup", "SLO 0.91 < 0.98"))
+        newest, older = await store.plans("digits", limit=5)
+        assert newest.at == 120.0 and newest.decisions == []
+        assert older.id == pid and list(older.forecast) == [10.0, 12.5, 9.0]
+        assert older.decisions == [launch]
+        assert older.explanation["items"][0]["offering"] == "c5.large/spot"
+        actions = [d.action for d in await store.decisions(0.0, 1e9)]
+        assert actions == ["launch", "backup"]
+    finally:
+        await store.close()
+
+
+async def test_ledger_filters_by_time_and_model(db_url: str) -> None:
+    store = await open_store(db_url, upgrade=True)
+    try:
+        entries = [
+            LedgerEntry("ec2", "digits", 0.0, 30.0, "on-demand", 0.085, 0.0014, "i-1", "c5.large",
+                        30.0, 60.0),
+            LedgerEntry("lambda", "digits", 50.0, 51.0, "lambda", 1.6667e-5, 0.00002, requests=3,
+                        gb_seconds=0.75),
+            LedgerEntry("ec2", "other", 100.0, 200.0, "spot", 0.0286, 0.0008, "i-2", "c5.large",
+                        100.0, 100.0),
+        ]
+        await store.add_charges(entries)
+        assert await store.ledger() == entries
+        assert await store.ledger(since=40.0, until=150.0) == entries[1:]
+        assert await store.ledger(model="digits") == entries[:2]
+    finally:
+        await store.close()
