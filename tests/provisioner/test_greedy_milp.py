@@ -1,0 +1,127 @@
+"""Algorithm 1 and the MILP optimum: INFaaS's worked example and random instances."""
+
+import statistics
+
+import numpy as np
+import pytest
+
+from provisioner.greedy import NoFeasibleOption, PlannerOption, RunningInstance, plan_greedy
+from provisioner.milp import solve_min_cost
+from provisioner.rolling import replay_greedy
+
+# INFaaS (Romero et al., ATC'21) worked example: cost per hour, one one-hour step.
+A = PlannerOption("A", "on-demand", price_per_hour=1, capacity_rps=5, latency_s=0.200)
+B = PlannerOption("B", "on-demand", price_per_hour=3, capacity_rps=100, latency_s=0.020)
+C = PlannerOption("C", "on-demand", price_per_hour=16, capacity_rps=800, latency_s=0.015)
+INFAAS = [A, B, C]
+HOUR = 3600.0
+
+
+@pytest.mark.parametrize(
+    ("qps", "slo_s", "expected", "cost"),
+    [
+        (10, 0.300, {("A", "on-demand"): 2}, 2),
+        (10, 0.050, {("B", "on-demand"): 1}, 3),
+        (1000, 0.300, {("B", "on-demand"): 2, ("C", "on-demand"): 1}, 22),
+    ],
+)
+def test_infaas_example_greedy_and_milp(
+    qps: float, slo_s: float, expected: dict[tuple[str, str], int], cost: float
+) -> None:
+    plan = plan_greedy([qps], [], INFAAS, slo_s=slo_s, step_s=HOUR, tau_steps=0)
+    assert plan.launches() == expected
+    assert plan.cost_per_hour == pytest.approx(cost)
+    best = solve_min_cost([qps], INFAAS, slo_s=slo_s, step_s=HOUR)
+    assert best.cost == pytest.approx(cost)
+
+
+def test_options_that_cannot_meet_the_slo_are_excluded_and_explained() -> None:
+    plan = plan_greedy([10], [], INFAAS, slo_s=0.050, step_s=HOUR, tau_steps=0)
+    assert plan.excluded == (A,)
+    assert any(line.startswith("exclude A/on-demand") for line in plan.explain())
+    with pytest.raises(NoFeasibleOption):
+        plan_greedy([10], [], INFAAS, slo_s=0.010, tau_steps=0)
+
+
+def test_running_instance_is_kept_for_free_and_extra_retired() -> None:
+    running = [RunningInstance("i-b", B), RunningInstance("i-c", C)]
+    # 90 req/s: the running B covers it with no launch overhead; C is not needed.
+    plan = plan_greedy([90] * 10, running, INFAAS, slo_s=0.3, tau_steps=0)
+    assert plan.kept() == ("i-b",)
+    assert plan.retire == ("i-c",)
+    assert plan.launches() == {}
+    (item,) = plan.items
+    assert item.reason.span_start == 0 and item.reason.span_end == 9
+    assert "keep i-b B/on-demand" in item.explain()
+
+
+def test_launch_overhead_favours_a_running_instance_over_a_cheaper_new_one() -> None:
+    slow_old = PlannerOption("old", "on-demand", 1.2, 10)
+    cheap_new = PlannerOption("new", "on-demand", 1.0, 10, launch_overhead=0.5)
+    running = [RunningInstance("i-old", slow_old)]
+    # Over 10 one-minute steps the overhead (0.5) dwarfs the saving (0.2/h x 10 min).
+    plan = plan_greedy([10] * 10, running, [cheap_new], tau_steps=0)
+    assert plan.kept() == ("i-old",)
+    # Over 10 hours the cheaper one pays for its launch.
+    plan = plan_greedy([10] * 10, running, [cheap_new], step_s=HOUR, tau_steps=0)
+    assert plan.launches() == {("new", "on-demand"): 1}
+    assert plan.retire == ("i-old",)
+
+
+def test_plan_targets_the_forecast_from_tau_on() -> None:
+    # A spike in the next 5 minutes cannot be met by launches; the plan sizes for t0 + tau.
+    plan = plan_greedy([1000] * 5 + [50] * 55, [], INFAAS, slo_s=0.3)
+    assert plan.launches() == {("B", "on-demand"): 1}
+    assert plan.items[0].reason.span_start == 5
+
+
+def test_greedy_covers_every_step() -> None:
+    rng = np.random.default_rng(7)
+    forecast = rng.uniform(0, 3000, size=60)
+    plan = plan_greedy(forecast.tolist(), [], INFAAS, tau_steps=0)
+    assert plan.capacity_rps >= forecast.max()
+
+
+def random_instance(seed: int) -> tuple[list[float], list[PlannerOption]]:
+    rng = np.random.default_rng(seed)
+    n_opt = int(rng.integers(2, 7))
+    options = []
+    for i in range(n_opt):
+        cap = float(rng.uniform(5, 200))
+        price = cap * float(rng.uniform(0.002, 0.02))  # $/h, varying cost per request
+        options.append(PlannerOption(f"t{i}", "on-demand", price, cap, price * rng.uniform(0, 0.3)))
+    steps = int(rng.integers(8, 20))
+    base = rng.uniform(50, 600)
+    wave = base * (1 + 0.6 * np.sin(np.linspace(0, rng.uniform(1, 6), steps)))
+    forecast = np.maximum(0, wave + rng.normal(0, base * 0.15, steps))
+    return forecast.tolist(), options
+
+
+def test_greedy_is_never_below_the_optimum_and_close_on_random_instances() -> None:
+    ratios = []
+    for seed in range(25):
+        forecast, options = random_instance(seed)
+        greedy = replay_greedy(forecast, options).cost
+        best = solve_min_cost(forecast, options).cost
+        assert greedy >= best - 1e-6
+        ratios.append(greedy / best)
+    print(
+        f"greedy/MILP over 25 instances: median {statistics.median(ratios):.3f}, "
+        f"worst {max(ratios):.3f}"
+    )
+    assert statistics.median(ratios) < 1.2
+    assert max(ratios) < 2.0
+
+
+def test_milp_uses_running_instances_without_overhead_and_can_retire_them() -> None:
+    old = PlannerOption("old", "on-demand", 1.2, 10, launch_overhead=0.5)
+    new = PlannerOption("new", "on-demand", 1.0, 10, launch_overhead=0.5)
+    short = solve_min_cost([10] * 10, [old, new], {old.key: 1})
+    assert short.cost == pytest.approx(1.2 * 10 / 60)
+    assert short.launches.sum() == 0
+    # Demand that drops to zero: the running instance is retired, not paid for.
+    drop = solve_min_cost([10] * 5 + [0] * 5, [old, new], {old.key: 1})
+    assert drop.cost == pytest.approx(1.2 * 5 / 60)
+    # Over long steps the cheaper new one pays for its launch.
+    long = solve_min_cost([10] * 10, [old, new], {old.key: 1}, step_s=HOUR)
+    assert long.cost == pytest.approx(10 * 1.0 + 0.5)
