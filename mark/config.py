@@ -92,7 +92,8 @@ def _check_types(types: Sequence[str], what: str) -> None:
     for t in types:
         if t not in catalog.types:
             family = t.split(".", 1)[0]
-            near = sorted(n for n in catalog.types if n.startswith(family + "."))[:6]
+            same = [i for n, i in catalog.types.items() if n.startswith(family + ".")]
+            near = [i.name for i in sorted(same, key=lambda i: (i.vcpus, i.name))][:12]
             hint = f"e.g. {', '.join(near)}" if near else "see `mark catalog`"
             raise ValueError(
                 f"unknown {what} {t!r}; allowed: instance types in the catalog ({hint})"

@@ -42,11 +42,7 @@ R = TypeVar("R")
 
 
 def _to_record(row: Base, cls: type[R], drop: Iterable[str] = ("id",)) -> R:
-    fields = {
-        c.key: getattr(row, c.key)
-        for c in row.__table__.columns
-        if c.key not in drop
-    }
+    fields = {c.key: getattr(row, c.key) for c in row.__table__.columns if c.key not in drop}
     return cls(**fields)
 
 

@@ -13,9 +13,9 @@ from mark.state import (
     LatencyRollup,
     LedgerEntry,
     PlanRecord,
+    migrate,
     open_store,
 )
-from mark.state import migrate
 from mark.state.store import make_engine
 
 TABLES = {
@@ -152,12 +152,43 @@ async def test_ledger_filters_by_time_and_model(db_url: str) -> None:
     store = await open_store(db_url, upgrade=True)
     try:
         entries = [
-            LedgerEntry("ec2", "digits", 0.0, 30.0, "on-demand", 0.085, 0.0014, "i-1", "c5.large",
-                        30.0, 60.0),
-            LedgerEntry("lambda", "digits", 50.0, 51.0, "lambda", 1.6667e-5, 0.00002, requests=3,
-                        gb_seconds=0.75),
-            LedgerEntry("ec2", "other", 100.0, 200.0, "spot", 0.0286, 0.0008, "i-2", "c5.large",
-                        100.0, 100.0),
+            LedgerEntry(
+                "ec2",
+                "digits",
+                0.0,
+                30.0,
+                "on-demand",
+                0.085,
+                0.0014,
+                "i-1",
+                "c5.large",
+                30.0,
+                60.0,
+            ),
+            LedgerEntry(
+                "lambda",
+                "digits",
+                50.0,
+                51.0,
+                "lambda",
+                1.6667e-5,
+                0.00002,
+                requests=3,
+                gb_seconds=0.75,
+            ),
+            LedgerEntry(
+                "ec2",
+                "other",
+                100.0,
+                200.0,
+                "spot",
+                0.0286,
+                0.0008,
+                "i-2",
+                "c5.large",
+                100.0,
+                100.0,
+            ),
         ]
         await store.add_charges(entries)
         assert await store.ledger() == entries

@@ -1,0 +1,1 @@
+"""The REST endpoint clients call."""

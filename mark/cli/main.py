@@ -1,0 +1,82 @@
+"""The `mark` command: entry point, global options and the one place errors become messages."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from mark.cli import catalog_cmd, config_cmd, db_cmd, up_cmd
+from mark.cli.context import CliState, err_console
+from mark.config import format_validation_error
+from mark.errors import MarkError
+
+app = typer.Typer(
+    name="mark",
+    help=(
+        "mark serves ML models on AWS at the lowest cost that meets each model's latency SLO.\n\n"
+        "Configuration comes from defaults, then --config FILE (YAML), then MARK_* environment "
+        "variables (nested with __, e.g. MARK_TIMINGS__COOLDOWN_S=600), then --set KEY=VALUE."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        "-c",
+        envvar="MARK_CONFIG",
+        help="YAML configuration file",
+        dir_okay=False,
+    ),
+    overrides: list[str] = typer.Option(
+        [],
+        "--set",
+        "-s",
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --set world=sim --set timings.cooldown_s=600",
+    ),
+) -> None:
+    ctx.obj = CliState(config_file=config, overrides=list(overrides))
+
+
+app.command("catalog")(catalog_cmd.catalog)
+app.command("up")(up_cmd.up)
+app.add_typer(config_cmd.app, name="config")
+app.add_typer(db_cmd.app, name="db")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; a user's mistake ends in one line on stderr and exit code 2."""
+    try:
+        app(args=argv, prog_name="mark")  # usage errors end in click's own message, exit 2
+    except MarkError as exc:
+        _die(str(exc))
+    except ValidationError as exc:
+        _die(f"invalid configuration: {format_validation_error(exc)}")
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # the safety net: never a traceback unless asked for
+        if os.environ.get("MARK_DEBUG"):
+            raise
+        _die(f"{type(exc).__name__}: {exc} (set MARK_DEBUG=1 for the traceback)", code=1)
+
+
+def _die(message: str, code: int = 2) -> None:
+    first = message.strip().splitlines()[0] if message.strip() else "failed"
+    err_console.print(f"[bold red]error:[/] {first}", highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
