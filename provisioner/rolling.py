@@ -31,18 +31,25 @@ def replay_greedy(
     *,
     slo_s: float | None = None,
     step_s: float = 60.0,
+    defer_launches: bool = True,
 ) -> Replay:
     fleet: list[RunningInstance] = []
     cost = 0.0
     sizes: list[int] = []
     launched = 0
     for t in range(len(forecast)):
-        plan = plan_greedy(forecast[t:], fleet, options, slo_s=slo_s, step_s=step_s, tau_steps=0)
+        plan = plan_greedy(
+            forecast[t:],
+            fleet,
+            options,
+            slo_s=slo_s,
+            step_s=step_s,
+            tau_steps=0,
+            defer_launches=defer_launches,
+        )
         kept = set(plan.kept())
         fleet = [r for r in fleet if r.instance_id in kept]
-        for item in plan.items:
-            if item.kept:
-                continue
+        for item in plan.launch_items():
             for _ in range(item.count):
                 fleet.append(RunningInstance(f"i-{launched}", item.option))
                 launched += 1
