@@ -13,6 +13,15 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from mark.catalog import Market
+from mark.state.records import (
+    ArrivalWindow,
+    Decision,
+    InstanceEvent,
+    InstanceRecord,
+    LatencyRollup,
+    LedgerEntry,
+    PlanRecord,
+)
 
 
 class InstanceState(StrEnum):
@@ -126,4 +135,76 @@ class Serverless(Protocol):
 
     async def warm_up(self, model: str, concurrency: int) -> None:
         """Ping the function so ``concurrency`` runtimes are warm."""
+        ...
+
+
+class Store(Protocol):
+    """Instances, telemetry roll-ups, plans and decisions, the ledger (``SqlStore``)."""
+
+    async def upsert_instance(self, rec: InstanceRecord, reason: str | None = None) -> None:
+        """Insert or update an instance; a changed state is logged as a transition."""
+        ...
+
+    async def set_instance_state(
+        self,
+        instance_id: str,
+        state: str,
+        at: float,
+        *,
+        address: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Record a state transition of a known instance."""
+        ...
+
+    async def instances(
+        self, *, model: str | None = None, states: Sequence[str] | None = None
+    ) -> list[InstanceRecord]:
+        """Instances, oldest launch first."""
+        ...
+
+    async def instance_events(self, instance_id: str) -> list[InstanceEvent]:
+        """An instance's transitions in time order."""
+        ...
+
+    async def add_arrivals(self, windows: Sequence[ArrivalWindow]) -> None:
+        """Record closed arrival sample windows (P_s)."""
+        ...
+
+    async def arrivals(self, model: str, since: float, until: float) -> list[ArrivalWindow]:
+        """Arrival windows starting in [since, until)."""
+        ...
+
+    async def add_latency_rollup(self, r: LatencyRollup) -> None:
+        """Record (or replace) one model-minute of latency and SLO outcomes."""
+        ...
+
+    async def latency_rollups(self, model: str, since: float, until: float) -> list[LatencyRollup]:
+        """Roll-ups of minutes starting in [since, until)."""
+        ...
+
+    async def record_plan(self, plan: PlanRecord) -> int:
+        """Store a plan with its decisions; returns its id."""
+        ...
+
+    async def record_decision(self, d: Decision) -> None:
+        """Store a decision taken outside a plan."""
+        ...
+
+    async def plans(self, model: str, limit: int = 10) -> list[PlanRecord]:
+        """Newest plans first."""
+        ...
+
+    async def decisions(self, since: float, until: float) -> list[Decision]:
+        """Decisions taken in [since, until)."""
+        ...
+
+    async def add_charges(self, entries: Sequence[LedgerEntry]) -> None:
+        """Append priced charges to the ledger."""
+        ...
+
+    async def ledger(
+        self, since: float | None = None, until: float | None = None, model: str | None = None
+    ) -> list[LedgerEntry]:
+        """Charges starting in [since, until)."""
         ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import event, select
 from sqlalchemy.engine import make_url
@@ -324,3 +324,9 @@ async def open_store(url: str, *, upgrade: bool = False) -> SqlStore:
         await engine.dispose()
         raise
     return store
+
+
+if TYPE_CHECKING:  # mypy proves SqlStore provides the Store port
+    from mark.ports import Store
+
+    _store_port: type[Store] = SqlStore

@@ -196,3 +196,12 @@ async def test_ledger_filters_by_time_and_model(db_url: str) -> None:
         assert await store.ledger(model="digits") == entries[:2]
     finally:
         await store.close()
+
+
+def test_sql_store_satisfies_the_store_port() -> None:
+    """Every method the port declares exists on the implementation."""
+    from mark.ports import Store
+    from mark.state import SqlStore
+
+    members = [m for m in vars(Store) if not m.startswith("_")]
+    assert members and all(callable(getattr(SqlStore, m, None)) for m in members)

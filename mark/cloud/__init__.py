@@ -1,0 +1,1 @@
+"""Cloud adapters: the worlds behind the Fleet and Serverless ports."""

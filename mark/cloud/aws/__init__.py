@@ -1,0 +1,1 @@
+"""The aws world: aiobotocore adapters (tested against a moto server on loopback)."""
