@@ -29,9 +29,11 @@ and the span it covered) so ``mark plan --explain`` can print it. Launch timing,
 cool-down and billing minimum are not decided here: ``provisioner.guards``
 wraps any planner's raw decision.
 
-For speed the candidates are scored with numpy, and when every candidate would
-be fully used over the span the winner is added as many times as that stays
-true: the same plan as one at a time, in a fraction of the iterations.
+For speed the candidates are scored with numpy, and the winner is added as
+many times in a row as it stays fully used over the span: its cost per request
+is then unchanged while every other candidate's can only rise as the unmet
+load falls, so the one-at-a-time loop would pick it again. Same plan, a
+fraction of the iterations.
 """
 
 from __future__ import annotations
@@ -240,22 +242,9 @@ def plan_greedy(
             items.append(PlanItem(inst.option, 1, reason, inst.instance_id))
             count = 1
         else:
-            count = _copies_with_same_choice(float(span.min()), cap[available], cap[j])
+            count = max(1, int(float(span.min()) // cap[j]))
             items.append(PlanItem(cands[j], count, reason))
         unmet[start:] -= count * cap[j]
 
     retire = tuple(r.instance_id for r in running if r.instance_id not in kept)
     return Plan(tuple(items), retire, excluded, tau_steps, defer_launches)
-
-
-def _copies_with_same_choice(min_unmet: float, caps: np.ndarray, chosen_cap: float) -> int:
-    """How many copies of the winner the one-at-a-time loop would add in a row.
-
-    While the smallest unmet load in the span is at least every candidate's
-    capacity, each candidate's cost per request does not depend on the load,
-    so the same winner wins again.
-    """
-    biggest = float(caps.max())
-    if min_unmet < biggest:
-        return 1
-    return int((min_unmet - biggest) // chosen_cap) + 1
