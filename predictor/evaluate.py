@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from predictor.base import FloatArray, Forecaster, ForecasterError, History
-from predictor.registry import create
+from predictor.registry import NAIVE, create
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,22 @@ class Evaluation:
     scores: list[Score] = field(default_factory=list)
     runs: dict[str, Run] = field(default_factory=dict, repr=False)
 
+    def best_naive(self) -> Score | None:
+        """The naive model with the lowest MAPE: the bar for a learned one."""
+        naive = [s for s in self.scores if s.model in NAIVE and np.isfinite(s.mape)]
+        return min(naive, key=lambda s: s.mape, default=None)
+
+    def mape_gain(self, model: str) -> float | None:
+        """How much lower `model`'s MAPE is than the best naive one's, in percent of it."""
+        best = self.best_naive()
+        mine = next((s for s in self.scores if s.model == model), None)
+        if best is None or mine is None or best.mape <= 0:
+            return None
+        return (1 - mine.mape / best.mape) * 100
+
     def as_dict(self) -> dict[str, Any]:
         """Plain data (no arrays) for JSON."""
+        best = self.best_naive()
         return {
             "trace": self.trace,
             "train_minutes": self.train_minutes,
@@ -67,6 +81,10 @@ class Evaluation:
             "horizon": self.horizon,
             "stride": self.stride,
             "scores": [s.__dict__ for s in self.scores],
+            "best_naive": best.model if best else None,
+            "mape_gain_vs_best_naive": {
+                s.model: self.mape_gain(s.model) for s in self.scores if s.model not in NAIVE
+            },
         }
 
 

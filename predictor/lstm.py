@@ -325,15 +325,17 @@ def _progress(enabled: bool, total: int) -> Iterator[Any]:
     if not enabled:
         yield lambda *_: None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    # On stderr, so `--format json` output on stdout stays machine-readable.
     with Progress(
         TextColumn("[bold]training lstm"),
         BarColumn(),
         TextColumn("epoch {task.completed}/{task.total}"),
         TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(),
-        transient=False,
+        console=Console(stderr=True),
     ) as bar:
         task = bar.add_task("fit", total=total, status="")
 

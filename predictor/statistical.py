@@ -36,22 +36,28 @@ def _quiet() -> Iterator[None]:
 class HoltWinters(Forecaster):
     """Additive Holt-Winters with a daily season (simple smoothing below two seasons).
 
-    `fit_days` bounds the fitting cost; `filter_days` is the tail re-filtered
-    at each forecast (at least two seasons for the seasonal initialisation).
+    `fit_seasons` bounds the fitting cost; `filter_seasons` is the tail
+    re-filtered at each forecast (at least two, for the seasonal initialisation).
     """
 
     name = "ets"
 
-    def __init__(self, period: int = MINUTES_PER_DAY, fit_days: int = 7, filter_days: int = 3):
+    def __init__(
+        self, period: int = MINUTES_PER_DAY, fit_seasons: int = 7, filter_seasons: int = 3
+    ) -> None:
         super().__init__()
         self.period = period
-        self.fit_days = fit_days
-        self.filter_days = max(2, filter_days)
+        self.fit_seasons = max(2, fit_seasons)
+        self.filter_seasons = max(2, filter_seasons)
         self.alpha = 0.5
         self.gamma = 0.0
 
     def params(self) -> dict[str, JsonScalar]:
-        return {"period": self.period, "fit_days": self.fit_days, "filter_days": self.filter_days}
+        return {
+            "period": self.period,
+            "fit_seasons": self.fit_seasons,
+            "filter_seasons": self.filter_seasons,
+        }
 
     def _seasonal(self, n: int) -> bool:
         return n >= 2 * self.period + 10
@@ -69,7 +75,7 @@ class HoltWinters(Forecaster):
         return ExponentialSmoothing(y, initialization_method="known", initial_level=y[0])
 
     def _fit(self, history: History) -> None:
-        y = history.filled()[-self.fit_days * self.period :]
+        y = history.filled()[-self.fit_seasons * self.period - 10 :]
         with _quiet():
             res = self._model(y).fit()  # type: ignore[attr-defined]
         self.alpha = float(res.params["smoothing_level"])
@@ -77,7 +83,7 @@ class HoltWinters(Forecaster):
         self.gamma = float(gamma) if gamma is not None and np.isfinite(gamma) else 0.0
 
     def _forecast(self, history: History, steps: int) -> FloatArray:
-        y = history.filled()[-self.filter_days * self.period :]
+        y = history.filled()[-self.filter_seasons * self.period - 10 :]
         with _quiet():
             model = self._model(y)
             kwargs = {"smoothing_level": self.alpha, "optimized": False}
@@ -98,8 +104,11 @@ class SeasonalArima(Forecaster):
     """log1p(rate) = daily profile + ARMA(p, q) with a constant.
 
     The profile is the per-minute-of-day median over the fitted history,
-    smoothed over `smooth` minutes; the ARMA is fitted on the last `fit_days`
-    of deviations from it and re-filtered over `filter_minutes` at forecast.
+    smoothed over `smooth` minutes; with under `min_profile_days` of history a
+    "profile" would just memorise one day's noise, so it is flat. The ARMA is
+    fitted on the last `fit_days` of deviations and re-filtered over
+    `filter_minutes` at forecast; its forecast is clipped to the range of
+    deviations seen in fitting, so a near-unit-root fit cannot explode.
     """
 
     name = "sarima"
@@ -111,12 +120,15 @@ class SeasonalArima(Forecaster):
         fit_days: int = 3,
         filter_minutes: int = 360,
         smooth: int = 15,
+        min_profile_days: int = 2,
     ) -> None:
         super().__init__()
         self.p, self.q = p, q
         self.fit_days = fit_days
         self.filter_minutes = filter_minutes
         self.smooth = smooth
+        self.min_profile_days = min_profile_days
+        self.bounds = np.array([-np.inf, np.inf])
         self.profile = np.zeros(MINUTES_PER_DAY)
         self.arma = np.zeros(0)
 
@@ -127,6 +139,7 @@ class SeasonalArima(Forecaster):
             "fit_days": self.fit_days,
             "filter_minutes": self.filter_minutes,
             "smooth": self.smooth,
+            "min_profile_days": self.min_profile_days,
         }
 
     def _deviation(self, history: History) -> FloatArray:
@@ -147,10 +160,11 @@ class SeasonalArima(Forecaster):
             vals = vals[np.isfinite(vals)]
             if vals.size:
                 sums[m] = np.median(vals)
-        if np.isnan(sums).all():
+        if np.isnan(sums).all() or len(history) < self.min_profile_days * MINUTES_PER_DAY:
             sums[:] = np.nanmedian(y)
         self.profile = _circular_smooth(_fill_circular(sums), self.smooth)
         r = self._deviation(history)[-self.fit_days * MINUTES_PER_DAY :]
+        self.bounds = np.array([r.min(), r.max()])
         with _quiet():
             res = self._model(r).fit(disp=False)  # type: ignore[attr-defined]
         self.arma = np.asarray(res.params, dtype=np.float64)
@@ -160,16 +174,18 @@ class SeasonalArima(Forecaster):
         r = self._deviation(tail)
         with _quiet():
             res = self._model(r).filter(self.arma)  # type: ignore[attr-defined]
-            dev = np.asarray(res.forecast(steps), dtype=np.float64)
+            raw = np.asarray(res.forecast(steps), dtype=np.float64)
+        dev: FloatArray = np.clip(raw, self.bounds[0], self.bounds[1])
         future = minute_of_day(tail.epoch_minutes(len(tail), steps))
         return np.expm1(self.profile[future] + dev)
 
     def get_state(self) -> dict[str, FloatArray]:
-        return {"profile": self.profile, "arma": self.arma}
+        return {"profile": self.profile, "arma": self.arma, "bounds": self.bounds}
 
     def set_state(self, state: dict[str, FloatArray]) -> None:
         self.profile = np.asarray(state["profile"], dtype=np.float64)
         self.arma = np.asarray(state["arma"], dtype=np.float64)
+        self.bounds = np.asarray(state["bounds"], dtype=np.float64)
 
 
 def _fill_circular(x: FloatArray) -> FloatArray:
