@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from mark.cli import catalog_cmd, config_cmd, db_cmd, up_cmd
+from mark.cli import catalog_cmd, config_cmd, db_cmd, demo_cmd, up_cmd
 from mark.cli.context import CliState, err_console
 from mark.config import format_validation_error
 from mark.errors import MarkError
@@ -53,6 +53,7 @@ app.command("catalog")(catalog_cmd.catalog)
 app.command("up")(up_cmd.up)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(db_cmd.app, name="db")
+app.add_typer(demo_cmd.app, name="demo")
 
 
 def main(argv: list[str] | None = None) -> None:
