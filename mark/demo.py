@@ -122,5 +122,5 @@ def digits_model() -> torch.jit.ScriptModule:
 def load_torchscript(path: Path) -> torch.jit.ScriptModule:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        module: torch.jit.ScriptModule = torch.jit.load(str(path), map_location="cpu")
+        module: torch.jit.ScriptModule = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
     return module.eval()
