@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from provisioner.greedy import NoFeasibleOption, PlannerOption, RunningInstance, plan_greedy
-from provisioner.milp import solve_min_cost
+from provisioner.milp import prune_dominated, solve_min_cost
 from provisioner.random_instances import random_instance
 from provisioner.rolling import replay_greedy
 
@@ -132,3 +132,25 @@ def test_milp_uses_running_instances_without_overhead_and_can_retire_them() -> N
     # Over long steps the cheaper new one pays for its launch.
     long = solve_min_cost([10] * 10, [old, new], {old.key: 1}, step_s=HOUR)
     assert long.cost == pytest.approx(10 * 1.0 + 0.5)
+
+
+def test_dominated_options_are_pruned_without_changing_the_optimum() -> None:
+    old_b = PlannerOption("B-old", "on-demand", price_per_hour=3.5, capacity_rps=90)
+    twin_b = PlannerOption("B-twin", "spot", price_per_hour=3, capacity_rps=100)
+    assert prune_dominated([A, B, C, old_b, twin_b]) == [A, B, C]
+    assert prune_dominated([A, B, old_b], protected={old_b.key}) == [A, B, old_b]
+    for seed in range(5):
+        forecast, options = random_instance(seed)
+        worse = [
+            PlannerOption(
+                o.instance_type + "-old",
+                o.market,
+                o.price_per_hour * 1.1,
+                o.capacity_rps * 0.9,
+                o.launch_overhead,
+            )
+            for o in options
+        ]
+        plain = solve_min_cost(forecast, options)
+        assert plain.optimal and plain.lower_bound == plain.cost
+        assert solve_min_cost(forecast, options + worse).cost == pytest.approx(plain.cost)
