@@ -34,70 +34,103 @@ def _quiet() -> Iterator[None]:
 
 
 class HoltWinters(Forecaster):
-    """Additive Holt-Winters with a daily season (simple smoothing below two seasons).
+    """Holt-Winters (level + additive season) on log1p(rate): a multiplicative daily season.
 
-    `fit_seasons` bounds the fitting cost; `filter_seasons` is the tail
-    re-filtered at each forecast (at least two, for the seasonal initialisation).
+    The season starts from a robust profile (per-phase median over the fitted
+    history, smoothed) instead of statsmodels' heuristic over the first two
+    seasons: there, one burst becomes a permanent seasonal spike or dip
+    (on the Twitter trace, forecasts fell to zero after every burst). `fit`
+    estimates the smoothing weights; `forecast` re-filters the last
+    `filter_minutes` from the profile with them. With fewer than
+    `min_seasons` seasons of history the season is flat (simple smoothing).
     """
 
     name = "ets"
 
     def __init__(
-        self, period: int = MINUTES_PER_DAY, fit_seasons: int = 7, filter_seasons: int = 3
+        self,
+        period: int = MINUTES_PER_DAY,
+        fit_seasons: int = 7,
+        filter_minutes: int = MINUTES_PER_DAY,
+        smooth: int = 15,
+        min_seasons: int = 2,
     ) -> None:
         super().__init__()
         self.period = period
-        self.fit_seasons = max(2, fit_seasons)
-        self.filter_seasons = max(2, filter_seasons)
+        self.fit_seasons = max(1, fit_seasons)
+        self.filter_minutes = max(2, filter_minutes)
+        self.smooth = smooth
+        self.min_seasons = min_seasons
         self.alpha = 0.5
         self.gamma = 0.0
+        self.profile = np.zeros(period)
 
     def params(self) -> dict[str, JsonScalar]:
         return {
             "period": self.period,
             "fit_seasons": self.fit_seasons,
-            "filter_seasons": self.filter_seasons,
+            "filter_minutes": self.filter_minutes,
+            "smooth": self.smooth,
+            "min_seasons": self.min_seasons,
         }
 
-    def _seasonal(self, n: int) -> bool:
-        return n >= 2 * self.period + 10
+    @property
+    def seasonal(self) -> bool:
+        return bool(np.any(self.profile != 0))
 
-    def _model(self, y: FloatArray) -> object:
+    def _model(self, history: History) -> object:
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
-        if self._seasonal(y.shape[0]):
+        y = np.log1p(np.maximum(history.filled(), 0.0))
+        phase = history.start_minute % self.period
+        season = np.roll(self.profile, -phase)  # season[i] is the phase of y[i]
+        k = min(60, y.shape[0], self.period)
+        level = float(np.median(y[:k] - season[:k]))
+        if self.seasonal:
             return ExponentialSmoothing(
                 y,
                 seasonal="add",
                 seasonal_periods=self.period,
-                initialization_method="heuristic",
+                initialization_method="known",
+                initial_level=level,
+                initial_seasonal=season,
             )
-        return ExponentialSmoothing(y, initialization_method="known", initial_level=y[0])
+        return ExponentialSmoothing(y, initialization_method="known", initial_level=level)
 
     def _fit(self, history: History) -> None:
-        y = history.filled()[-self.fit_seasons * self.period - 10 :]
+        history = history.tail(self.fit_seasons * self.period)
+        self.profile = np.zeros(self.period)
+        if len(history) >= self.min_seasons * self.period:
+            y = np.log1p(history.values)
+            phases = history.epoch_minutes() % self.period
+            profile = _phase_profile(y, phases, self.period, self.smooth)
+            self.profile = profile - profile.mean()
         with _quiet():
-            res = self._model(y).fit()  # type: ignore[attr-defined]
+            res = self._model(history).fit()  # type: ignore[attr-defined]
         self.alpha = float(res.params["smoothing_level"])
         gamma = res.params.get("smoothing_seasonal")
         self.gamma = float(gamma) if gamma is not None and np.isfinite(gamma) else 0.0
 
     def _forecast(self, history: History, steps: int) -> FloatArray:
-        y = history.filled()[-self.filter_seasons * self.period - 10 :]
         with _quiet():
-            model = self._model(y)
-            kwargs = {"smoothing_level": self.alpha, "optimized": False}
-            if self._seasonal(y.shape[0]):
+            model = self._model(history.tail(self.filter_minutes))
+            kwargs: dict[str, object] = {"smoothing_level": self.alpha, "optimized": False}
+            if self.seasonal:
                 kwargs["smoothing_seasonal"] = self.gamma
             res = model.fit(**kwargs)  # type: ignore[attr-defined]
-            return np.asarray(res.forecast(steps), dtype=np.float64)
+            return np.expm1(np.asarray(res.forecast(steps), dtype=np.float64))
 
     def get_state(self) -> dict[str, FloatArray]:
-        return {"alpha": np.asarray(self.alpha), "gamma": np.asarray(self.gamma)}
+        return {
+            "alpha": np.asarray(self.alpha),
+            "gamma": np.asarray(self.gamma),
+            "profile": self.profile,
+        }
 
     def set_state(self, state: dict[str, FloatArray]) -> None:
         self.alpha = float(state["alpha"])
         self.gamma = float(state["gamma"])
+        self.profile = np.asarray(state["profile"], dtype=np.float64)
 
 
 class SeasonalArima(Forecaster):
@@ -152,17 +185,13 @@ class SeasonalArima(Forecaster):
         return SARIMAX(r, order=(self.p, 0, self.q), trend="c")
 
     def _fit(self, history: History) -> None:
-        y = np.log1p(history.values)
-        mod = minute_of_day(history.epoch_minutes())
-        sums = np.full(MINUTES_PER_DAY, np.nan)
-        for m in range(MINUTES_PER_DAY):
-            vals = y[mod == m]
-            vals = vals[np.isfinite(vals)]
-            if vals.size:
-                sums[m] = np.median(vals)
-        if np.isnan(sums).all() or len(history) < self.min_profile_days * MINUTES_PER_DAY:
-            sums[:] = np.nanmedian(y)
-        self.profile = _circular_smooth(_fill_circular(sums), self.smooth)
+        if len(history) >= self.min_profile_days * MINUTES_PER_DAY:
+            mod = minute_of_day(history.epoch_minutes())
+            self.profile = _phase_profile(
+                np.log1p(history.values), mod, MINUTES_PER_DAY, self.smooth
+            )
+        else:
+            self.profile = np.full(MINUTES_PER_DAY, float(np.median(np.log1p(history.observed))))
         r = self._deviation(history)[-self.fit_days * MINUTES_PER_DAY :]
         self.bounds = np.array([r.min(), r.max()])
         with _quiet():
@@ -186,6 +215,21 @@ class SeasonalArima(Forecaster):
         self.profile = np.asarray(state["profile"], dtype=np.float64)
         self.arma = np.asarray(state["arma"], dtype=np.float64)
         self.bounds = np.asarray(state["bounds"], dtype=np.float64)
+
+
+def _phase_profile(y: FloatArray, phases: np.ndarray, period: int, smooth: int) -> FloatArray:
+    """Median of y per phase (NaN ignored), gaps filled around the circle, then smoothed."""
+    prof = np.full(period, np.nan)
+    ok = np.isfinite(y)
+    order = np.argsort(phases[ok], kind="stable")
+    ys, ps = y[ok][order], phases[ok][order]
+    bounds = np.searchsorted(ps, np.arange(period + 1))
+    for p in range(period):
+        if bounds[p + 1] > bounds[p]:
+            prof[p] = np.median(ys[bounds[p] : bounds[p + 1]])
+    if np.isnan(prof).all():
+        prof[:] = np.median(ys) if ys.size else 0.0
+    return _circular_smooth(_fill_circular(prof), smooth)
 
 
 def _fill_circular(x: FloatArray) -> FloatArray:

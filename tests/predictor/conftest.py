@@ -17,7 +17,7 @@ TINY: dict[str, dict[str, Any]] = {
     "seasonal": {"period": 60},
     "seasonal-week": {"period": 120},
     "paper": {},
-    "ets": {"period": 60, "fit_seasons": 3, "filter_seasons": 2},
+    "ets": {"period": 60, "fit_seasons": 3, "filter_minutes": 120},
     "sarima": {"p": 1, "q": 0, "fit_days": 1, "filter_minutes": 120},
     "lstm": {"horizon": 12, "lookback": 16, "hidden": 4, "level_minutes": 4, "epochs": 2},
 }

@@ -86,3 +86,16 @@ def test_misuse_is_a_forecaster_error(
         model.forecast(empty, 5)
     with pytest.raises(ForecasterError, match="no observed"):
         create(name, **tiny[name]).fit(empty)
+
+
+@pytest.mark.parametrize("name", ["ets", "sarima"])
+def test_seasonal_statistical_models_learn_a_clean_season(name: str) -> None:
+    """On a noiseless repeating day, the fitted profile alone forecasts it almost exactly."""
+    t = np.arange(3 * 1440)
+    values = 60 + 25 * np.sin(2 * np.pi * t / 1440) + 10 * np.sin(2 * np.pi * t / 90)
+    day = History(values, np.datetime64("2026-03-02T00:00"))
+    extra = {"smooth": 1} if name == "ets" else {"smooth": 1, "p": 1, "q": 0, "fit_days": 1}
+    model = create(name, **extra).fit(day.head(2 * 1440))
+    cut = 2 * 1440 + 300
+    out = model.forecast(day.head(cut), 60)
+    np.testing.assert_allclose(out, values[cut : cut + 60], rtol=0.03)
