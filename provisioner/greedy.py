@@ -12,9 +12,12 @@ lowest cost per request served over that run,
     (O_i + (e − τ + 1)·step·P_i) / Σ_{t=τ..e} min(C_i, unmet_t)·step.
 
 (The paper writes (e − τ)·P_i; we count the steps inclusively, so a one-step
-run still pays for one step.) Instances launched now are ready at t0 + τ_launch,
-so the plan covers the forecast from step ``tau_steps`` on (paper: τ = 5 min
-with 1-min steps).
+run still pays for one step.) Instances launched now are ready at t0 + τ
+(``tau_steps``; paper: 5 min with 1-min steps), so new offerings serve only
+from that step: the paper's "use the load at t0 + τ as the target". The steps
+before it are covered by running instances alone (a booting one from when it
+is ready), which keeps what the next τ minutes need from being retired; what
+they cannot cover is reported as ``shortfall``.
 
 Beyond the paper, ``defer_launches`` (on by default): an instance chosen to
 cover a run that starts after the target step is not launched now but left to
@@ -82,8 +85,11 @@ class PlannerOption:
 
 @dataclass(frozen=True)
 class RunningInstance:
+    """An instance already bought; ``ready_in_steps`` > 0 while it still boots."""
+
     instance_id: str
     option: PlannerOption
+    ready_in_steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,10 @@ class Plan:
     excluded: tuple[PlannerOption, ...]
     tau_steps: int
     defer_launches: bool = True
+    shortfall: tuple[tuple[int, float], ...] = ()
+    """(step, requests/s) the plan cannot cover: steps before tau_steps that
+    the running fleet cannot carry, or any step once no offering is left.
+    The reactive paths (Lambda, SLO monitor) must take it."""
 
     def is_deferred(self, item: PlanItem) -> bool:
         return self.defer_launches and not item.kept and item.reason.span_start > self.tau_steps
@@ -172,6 +182,7 @@ class Plan:
         lines = [item.explain(self.is_deferred(item)) for item in self.items]
         lines += [f"retire {rid}: not needed to cover the forecast" for rid in self.retire]
         lines += [f"exclude {o.label}: cannot meet the SLO alone" for o in self.excluded]
+        lines += [f"short at step {k}: {r:.1f} r/s uncovered" for k, r in self.shortfall]
         return lines
 
 
@@ -192,11 +203,11 @@ def plan_greedy(
     """Algorithm 1: what to keep, launch and retire now to cover ``forecast``.
 
     ``forecast[k]`` is the predicted maximum rate (requests/s) of step k from
-    now; steps before ``tau_steps`` are left to the running fleet and the
-    reactive paths, since nothing launched now would be ready for them.
+    now; steps before ``tau_steps`` can only be served by the running fleet,
+    since nothing launched now would be ready for them.
     """
-    target = np.asarray(forecast, dtype=float)[tau_steps:]
-    if target.size == 0:
+    target = np.asarray(forecast, dtype=float)
+    if target.size <= tau_steps:
         raise ValueError(f"forecast has no steps at or after tau_steps={tau_steps}")
     usable_running = [r for r in running if meets_slo(r.option, slo_s)]
     usable_options = [o for o in options if meets_slo(o, slo_s)]
@@ -204,10 +215,15 @@ def plan_greedy(
     if not usable_running and not usable_options:
         raise NoFeasibleOption(f"no offering meets the SLO of {slo_s} s")
 
-    # Running instances first so that on a tie the free one wins.
+    # Running instances first so that on a tie the free one wins. Capacity per
+    # candidate per step: a running instance from when it is ready, a new one
+    # from tau_steps (nothing launched now serves before then).
     n_run = len(usable_running)
     cands = [r.option for r in usable_running] + usable_options
+    steps = np.arange(target.size)
+    ready = np.array([r.ready_in_steps for r in usable_running] + [tau_steps] * len(usable_options))
     cap = np.array([o.capacity_rps for o in cands])
+    cap_at = np.where(steps[None, :] >= ready[:, None], cap[:, None], 0.0)
     price_step = np.array([o.price_per_hour for o in cands]) * step_s / 3600.0
     overhead = np.array([0.0] * n_run + [o.launch_overhead for o in usable_options])
     available = np.ones(len(cands), dtype=bool)
@@ -215,24 +231,30 @@ def plan_greedy(
     unmet = target.copy()
     items: list[PlanItem] = []
     kept: set[str] = set()
+    shortfall: list[tuple[int, float]] = []
     while True:
         open_steps = np.flatnonzero(unmet > _EPS)
         if open_steps.size == 0:
             break
         start = int(open_steps[0])
+        eligible = available & (cap_at[:, start] > 0)
+        if not eligible.any():
+            # Nothing can serve this step (before tau, or no offering left): report it.
+            shortfall.append((start, float(unmet[start])))
+            unmet[start] = 0.0
+            continue
         covered_after = np.flatnonzero(unmet[start:] <= _EPS)
         end = start + (int(covered_after[0]) if covered_after.size else unmet.size - start) - 1
         span = unmet[start : end + 1]
-        served = np.minimum(cap[:, None], span[None, :]).sum(axis=1) * step_s
-        cost = (overhead + span.size * price_step) / served
-        cost[~available] = math.inf
+        served = np.minimum(cap_at[:, start : end + 1], span[None, :]).sum(axis=1) * step_s
+        with np.errstate(divide="ignore"):
+            cost = (overhead + span.size * price_step) / served
+        cost[~eligible] = math.inf
         j = int(np.argmin(cost))
-        if not math.isfinite(cost[j]):
-            raise NoFeasibleOption("every candidate is used and the forecast is still uncovered")
         reason = Reason(
             cost_per_request=float(cost[j]),
-            span_start=start + tau_steps,
-            span_end=end + tau_steps,
+            span_start=start,
+            span_end=end,
             requests_covered=float(served[j]),
         )
         if j < n_run:
@@ -244,7 +266,7 @@ def plan_greedy(
         else:
             count = max(1, int(float(span.min()) // cap[j]))
             items.append(PlanItem(cands[j], count, reason))
-        unmet[start:] -= count * cap[j]
+        unmet -= count * cap_at[j]
 
     retire = tuple(r.instance_id for r in running if r.instance_id not in kept)
-    return Plan(tuple(items), retire, excluded, tau_steps, defer_launches)
+    return Plan(tuple(items), retire, excluded, tau_steps, defer_launches, tuple(shortfall))

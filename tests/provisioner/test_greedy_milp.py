@@ -74,6 +74,30 @@ def test_plan_targets_the_forecast_from_tau_on() -> None:
     plan = plan_greedy([1000] * 5 + [50] * 55, [], INFAAS, slo_s=0.3)
     assert plan.launches() == {("B", "on-demand"): 1}
     assert plan.items[0].reason.span_start == 5
+    assert plan.shortfall == tuple((k, 1000.0) for k in range(5))
+    assert "short at step 0: 1000.0 r/s uncovered" in plan.explain()
+
+
+def test_running_instance_needed_before_tau_is_kept() -> None:
+    # Load ends in 3 minutes: no launch, but the running B must carry it until then.
+    plan = plan_greedy([90] * 3 + [0] * 57, [RunningInstance("i-b", B)], INFAAS, slo_s=0.3)
+    assert plan.kept() == ("i-b",)
+    assert (plan.items[0].reason.span_start, plan.items[0].reason.span_end) == (0, 2)
+    assert plan.launches() == {} and plan.shortfall == ()
+
+
+def test_booting_instance_counts_only_once_ready() -> None:
+    booting = RunningInstance("i-b", B, ready_in_steps=3)
+    plan = plan_greedy([50] * 60, [booting], INFAAS, slo_s=0.3)
+    assert plan.kept() == ("i-b",)
+    assert plan.launches() == {}
+    assert [k for k, _ in plan.shortfall] == [0, 1, 2]
+
+
+def test_without_offerings_the_uncovered_load_is_reported() -> None:
+    plan = plan_greedy([200] * 10, [RunningInstance("i-b", B)], [], tau_steps=0)
+    assert plan.kept() == ("i-b",)
+    assert plan.shortfall == tuple((k, 100.0) for k in range(10))
 
 
 def test_greedy_covers_every_step() -> None:
