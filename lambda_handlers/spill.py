@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +76,13 @@ def load_model(source: str) -> torch.nn.Module:
         if not path.is_file():
             raise ModelLoadError(f"model file {source!r} does not exist")
         try:
-            loaded: torch.nn.Module = torch.jit.load(  # type: ignore[no-untyped-call]
-                str(path), map_location="cpu"
-            )
+            with warnings.catch_warnings():
+                # TorchScript is the format mark's configuration names; torch 2.13 warns on
+                # every load that it is deprecated, which would be noise in each runtime's log.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                loaded: torch.nn.Module = torch.jit.load(  # type: ignore[no-untyped-call]
+                    str(path), map_location="cpu"
+                )
         except (RuntimeError, ValueError) as exc:
             raise ModelLoadError(f"{source!r} is not a TorchScript file: {exc}") from None
         model = loaded

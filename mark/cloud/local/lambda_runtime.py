@@ -248,7 +248,8 @@ class LocalLambda:
         app.router.add_post(f"{API}/invocation/{{request_id}}/response", self._response)
         app.router.add_post(f"{API}/invocation/{{request_id}}/error", self._error)
         app.router.add_post(f"{API}/init/error", self._init_error)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # close() has killed every runtime before cleanup, so nothing is worth waiting for.
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         self._runner = runner
 
