@@ -1,0 +1,198 @@
+"""The instance agent: an HTTP server on each instance hosting the model runner and the Bouncer.
+
+``POST /v1/batch`` takes ``{"instances": [...], "dtype": "float32", "deadlines": [...]}``
+(deadlines are absolute Unix times) and answers with two JSON lines, streamed:
+
+1. at once, the admission: ``{"admitted": [i, ...], "rejected": [j, ...], "finish": t}`` —
+   so the frontend can spill the rejected requests to Lambda while they still
+   have time;
+2. when the batch has run, ``{"outputs": [...]}`` for the admitted ones, in order
+   (or ``{"error": "..."}``).
+
+Batches run one at a time on a single worker thread, as on a real instance.
+``slowdown`` stretches each batch to emulate a slower instance type in the
+local world (the measured time × slowdown); 1.0 means this machine's speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+from bouncer.admission import admit
+from bouncer.latency import BatchLatency
+from bouncer.runner import ModelLoadError, ModelRunner
+
+log = logging.getLogger("mark.agent")
+
+DTYPES = {"float32", "float64", "int64", "int32", "uint8", "bool"}
+
+
+@dataclass
+class AgentStats:
+    served: int = 0
+    rejected: int = 0
+    batches: int = 0
+    errors: int = 0
+
+
+@dataclass
+class Agent:
+    """The Bouncer's state on one instance: what is queued, and until when it is busy."""
+
+    runner: ModelRunner
+    latency: BatchLatency
+    slowdown: float = 1.0
+    clock: Callable[[], float] = time.time
+    busy_until: float = 0.0
+    queue_depth: int = 0
+    stats: AgentStats = field(default_factory=AgentStats)
+    _executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner")
+    )
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def expected_latency(self, batch: int) -> float:
+        return self.latency(batch) * self.slowdown
+
+    def _run_timed(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        t0 = time.perf_counter()
+        out = self.runner.run(batch)
+        extra = (time.perf_counter() - t0) * (self.slowdown - 1.0)
+        if extra > 0:
+            time.sleep(extra)  # emulate a slower instance type (local world only)
+        return out
+
+    async def handle_batch(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+            dtype = body.get("dtype", "float32")
+            if dtype not in DTYPES:
+                raise ValueError(f"unsupported dtype {dtype!r}")
+            batch = np.asarray(body["instances"], dtype=dtype)
+            deadlines = [float(d) for d in body["deadlines"]]
+            if batch.ndim < 1 or len(deadlines) != batch.shape[0] or not deadlines:
+                raise ValueError("need one deadline per instance and at least one instance")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return web.json_response({"error": f"bad batch: {exc}"}, status=400)
+
+        now = self.clock()
+        decision = admit(now, self.busy_until, deadlines, self.expected_latency)
+        if decision.size:
+            self.busy_until = decision.finish
+            self.queue_depth += decision.size
+        self.stats.rejected += len(decision.rejected)
+
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+        head = {
+            "admitted": list(decision.admitted),
+            "rejected": list(decision.rejected),
+            "finish": decision.finish,
+        }
+        await resp.write(json.dumps(head).encode() + b"\n")
+        if not decision.size:
+            await resp.write_eof()
+            return resp
+        try:
+            async with self._lock:  # one batch at a time, in arrival order
+                loop = asyncio.get_running_loop()
+                out = await loop.run_in_executor(
+                    self._executor, self._run_timed, batch[list(decision.admitted)]
+                )
+            self.stats.served += decision.size
+            self.stats.batches += 1
+            tail: dict[str, Any] = {"outputs": out.tolist()}
+        except Exception as exc:  # a model failure is reported, never crashes the agent
+            log.exception("batch failed")
+            self.stats.errors += decision.size
+            tail = {"error": f"inference failed: {type(exc).__name__}: {exc}"}
+        finally:
+            self.queue_depth -= decision.size
+            if self.queue_depth == 0:
+                self.busy_until = min(self.busy_until, self.clock())
+        await resp.write(json.dumps(tail).encode() + b"\n")
+        await resp.write_eof()
+        return resp
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "ready": True,
+                "queue_depth": self.queue_depth,
+                "busy_until": self.busy_until,
+                "served": self.stats.served,
+                "rejected": self.stats.rejected,
+                "batches": self.stats.batches,
+                "errors": self.stats.errors,
+                "batch_latency_s": [[b, t * self.slowdown] for b, t in self.latency.points],
+            }
+        )
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.add_routes([web.post("/v1/batch", self.handle_batch), web.get("/health", self.health)])
+        app.on_shutdown.append(self._shutdown)
+        return app
+
+    async def _shutdown(self, _: web.Application) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=False)
+
+
+def build_agent(source: str, example_shape: tuple[int, ...], dtype: str, slowdown: float) -> Agent:
+    runner = ModelRunner(source)
+    example = np.zeros(example_shape, dtype=dtype)
+    return Agent(runner=runner, latency=runner.profile(example), slowdown=slowdown)
+
+
+async def _serve(agent: Agent, host: str, port: int) -> None:
+    runner = web.AppRunner(agent.app(), handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1]
+    print(f"READY {bound}", flush=True)  # the supervisor reads the port from this line
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="mark-agent", description="mark's instance agent: model runner + Bouncer"
+    )
+    p.add_argument("--model-source", required=True, help="TorchScript path or module:factory")
+    p.add_argument("--input-shape", required=True, help="one instance's shape, e.g. 1,8,8")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--slowdown", type=float, default=1.0, help="emulate a slower instance")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(message)s")
+    try:
+        shape = tuple(int(d) for d in args.input_shape.split(","))
+        agent = build_agent(args.model_source, shape, args.dtype, max(args.slowdown, 1.0))
+    except (ModelLoadError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(_serve(agent, args.host, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Request and response bodies of the two protocols clients speak.
+
+- TF-Serving V1: ``{"instances": [...]}`` in, ``{"predictions": [...]}`` out.
+- Open Inference Protocol V2 (KServe, Triton): ``{"inputs": [{"name", "shape",
+  "datatype", "data"}]}`` in, ``{"model_name", "outputs": [...]}`` out.
+
+Parsing is strict and pure: any mistake a client can make becomes a
+``BadRequest`` with a status and a message saying what was wrong, never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mark.config import InputSchema
+
+V2_TYPES: dict[str, str] = {
+    "float32": "FP32",
+    "float64": "FP64",
+    "int64": "INT64",
+    "int32": "INT32",
+    "uint8": "UINT8",
+    "bool": "BOOL",
+}
+FROM_V2 = {v: k for k, v in V2_TYPES.items()}
+
+
+class BadRequest(Exception):
+    """A client error: ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A validated batch: ``array.shape == (n, *schema.shape)``."""
+
+    array: np.ndarray[Any, Any]
+    input_name: str | None = None  # V2 input name, echoed in errors
+
+    @property
+    def n(self) -> int:
+        return int(self.array.shape[0])
+
+
+def parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(400, f"body is not valid JSON: {exc}") from None
+
+
+def _to_array(data: Any, schema: InputSchema, what: str) -> np.ndarray[Any, Any]:
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError):
+        raise BadRequest(400, f"{what} is not a regular (rectangular) array") from None
+    if arr.dtype == object:
+        raise BadRequest(400, f"{what} is not a regular (rectangular) array of numbers")
+    if arr.dtype.kind not in "biuf":
+        raise BadRequest(400, f"{what} must hold numbers, got {arr.dtype.kind!r} values")
+    want = np.dtype(schema.dtype)
+    if (
+        want.kind in "iub"
+        and arr.dtype.kind == "f"
+        and not (np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)))
+    ):
+        raise BadRequest(400, f"{what} must be integers for dtype {schema.dtype}")
+    if want.kind == "f" and arr.size and not np.all(np.isfinite(arr)):
+        raise BadRequest(400, f"{what} holds NaN or infinite values")
+    return arr.astype(want, copy=False)
+
+
+def _check_shape(arr: np.ndarray[Any, Any], schema: InputSchema, what: str) -> None:
+    want = tuple(schema.shape)
+    if arr.ndim < 1 or arr.shape[0] == 0:
+        raise BadRequest(400, f"{what} is empty: send at least one instance")
+    if tuple(arr.shape[1:]) != want:
+        raise BadRequest(
+            400,
+            f"{what} has instance shape {list(arr.shape[1:])}, the model expects {list(want)}",
+        )
+
+
+def parse_v1(body: Any, schema: InputSchema, max_batch: int) -> Tensor:
+    if not isinstance(body, Mapping):
+        raise BadRequest(400, 'body must be a JSON object like {"instances": [...]}')
+    if "instances" not in body:
+        raise BadRequest(400, 'missing field "instances"')
+    instances = body["instances"]
+    if not isinstance(instances, list):
+        raise BadRequest(400, '"instances" must be a list')
+    if len(instances) > max_batch:
+        raise BadRequest(
+            413, f"{len(instances)} instances in one request; the limit is {max_batch}"
+        )
+    arr = _to_array(instances, schema, '"instances"')
+    _check_shape(arr, schema, '"instances"')
+    return Tensor(arr)
+
+
+def parse_v2(body: Any, schema: InputSchema, max_batch: int) -> Tensor:
+    if not isinstance(body, Mapping):
+        raise BadRequest(400, 'body must be a JSON object like {"inputs": [...]}')
+    inputs = body.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise BadRequest(400, 'missing or empty field "inputs"')
+    if len(inputs) != 1:
+        raise BadRequest(400, f"the model takes exactly 1 input tensor, got {len(inputs)}")
+    inp = inputs[0]
+    if not isinstance(inp, Mapping):
+        raise BadRequest(400, "each input must be an object with name, shape, datatype, data")
+    for key in ("name", "shape", "datatype", "data"):
+        if key not in inp:
+            raise BadRequest(400, f'input is missing field "{key}"')
+    name, shape, datatype = inp["name"], inp["shape"], inp["datatype"]
+    if not isinstance(name, str):
+        raise BadRequest(400, '"name" must be a string')
+    if (
+        not isinstance(shape, list)
+        or not shape
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+    ):
+        raise BadRequest(400, '"shape" must be a non-empty list of non-negative integers')
+    expected_type = V2_TYPES[schema.dtype]
+    if datatype != expected_type:
+        raise BadRequest(400, f'"datatype" is {datatype!r}; the model takes {expected_type!r}')
+    if shape[0] > max_batch:
+        raise BadRequest(413, f"batch of {shape[0]} in one request; the limit is {max_batch}")
+    if len(shape) != len(schema.shape) + 1 or tuple(shape[1:]) != tuple(schema.shape):
+        raise BadRequest(
+            400,
+            f'"shape" {shape} does not match the model input {[-1, *schema.shape]}',
+        )
+    arr = _to_array(inp["data"], schema, f'input "{name}" data')
+    count = math.prod(shape)
+    if arr.size != count:
+        raise BadRequest(400, f'input "{name}" has {arr.size} values; shape {shape} needs {count}')
+    arr = arr.reshape(shape)
+    _check_shape(arr, schema, f'input "{name}"')
+    return Tensor(arr, input_name=name)
+
+
+def encode_v1(outputs: Sequence[Any]) -> dict[str, Any]:
+    return {"predictions": [np.asarray(o).tolist() for o in outputs]}
+
+
+def encode_v2(model: str, outputs: Sequence[Any], request_id: str | None) -> dict[str, Any]:
+    arr = np.asarray(outputs)
+    kind = V2_TYPES.get(str(arr.dtype), "FP32")
+    if kind == "FP32" and arr.dtype != np.float32:
+        arr = arr.astype(np.float32)
+    body: dict[str, Any] = {
+        "model_name": model,
+        "outputs": [
+            {
+                "name": "output",
+                "shape": list(arr.shape),
+                "datatype": kind,
+                "data": arr.ravel().tolist(),
+            }
+        ],
+    }
+    if request_id is not None:
+        body["id"] = request_id
+    return body
