@@ -154,3 +154,27 @@ def diversify_spot(
         cheapest = ranked[0]
         counts[cheapest.key] += math.ceil(remaining / cheapest.capacity_rps - 1e-9)
     return counts
+
+
+@dataclass(frozen=True)
+class InterruptionResponse:
+    """What to do at once on a 2-minute notice; then re-plan with ``memory``."""
+
+    start: tuple[str, ...]
+    uncovered_rps: float
+    memory: InterruptionMemory
+
+
+def on_interruption_notice(
+    key: OptionKey,
+    lost_rps: float,
+    stopped: Sequence[Standby],
+    memory: InterruptionMemory,
+    now: float,
+    ttl_s: float = INTERRUPTED_OFFERING_TTL_S,
+) -> InterruptionResponse:
+    """Start standbys for the capacity about to go and stop buying its offering."""
+    decision = standbys_to_start(lost_rps, stopped)
+    return InterruptionResponse(
+        decision.start, decision.uncovered_rps, record_interruption(memory, key, now, ttl_s)
+    )

@@ -10,6 +10,7 @@ from provisioner.spot import (
     avoid_interrupted,
     capacity_at_risk,
     diversify_spot,
+    on_interruption_notice,
     record_interruption,
     standby_pool_size,
     standbys_to_start,
@@ -72,3 +73,12 @@ def test_spot_capacity_is_spread_over_offerings() -> None:
     assert counts == {cheap.key: 4, mid.key: 3, dear.key: 3}
     # With one offering coverage wins over spread.
     assert diversify_spot(100.0, [cheap], max_share=0.5) == {cheap.key: 10}
+
+
+def test_notice_starts_standbys_and_avoids_the_offering() -> None:
+    p2 = PlannerOption("p2.xlarge", "spot", 0.27, 55.0)
+    stopped = [Standby(f"s-{n}", 10.0) for n in range(8)]
+    response = on_interruption_notice(P2, 55.0, stopped, InterruptionMemory(), now=50.0)
+    assert len(response.start) == 6
+    assert response.uncovered_rps == 0.0
+    assert avoid_interrupted([p2], response.memory, 100.0) == []
