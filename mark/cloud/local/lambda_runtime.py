@@ -532,6 +532,15 @@ class LocalLambda:
                 raise SpillError(f"cannot start a Lambda runtime: {exc}") from exc
             raise
         rt.spawned = time.perf_counter()
+        if self._closed:  # close() ran while the process was starting: it must not outlive us
+            rt.exit_reason = "the local Lambda was closed"
+            _kill(rt)
+            await rt.proc.wait()
+            rt.dead = True
+            self._by_port.pop(port, None)
+            with contextlib.suppress(RuntimeError):
+                await site.stop()
+            raise SpillError("the local Lambda was closed")
         log.info("lambda runtime %d started (pid %d, port %d)", rt.index, rt.proc.pid, port)
         rt.watcher = asyncio.create_task(self._watch(rt), name=f"lambda-runtime-{rt.index}")
         rt.init_timer = asyncio.get_running_loop().call_later(
@@ -675,6 +684,10 @@ class LocalLambda:
         rt = self._runtime_of(request)
         if rt is None:
             return _api_error(403, "Runtime.Unknown", "no such runtime")
+        if rt.current is not None:  # it moved on without answering: that answer is lost
+            self._settle(
+                rt, rt.current, error=RuntimeExited(f"Lambda runtime {rt.index} dropped it")
+            )
         if not rt.ready:
             rt.ready = True
             rt.init_ms = (time.perf_counter() - rt.spawned) * 1000.0
