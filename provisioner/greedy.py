@@ -131,6 +131,13 @@ class PlanItem:
 
 @dataclass(frozen=True)
 class Plan:
+    """The planner's raw decision, with the reasons; the guards decide timing.
+
+    ``items`` in the order chosen (cheapest per request first), ``retire`` the
+    running instances no item keeps, ``excluded`` the offerings dropped for the
+    SLO.
+    """
+
     items: tuple[PlanItem, ...]
     retire: tuple[str, ...]
     excluded: tuple[PlannerOption, ...]
