@@ -1,0 +1,248 @@
+"""The dispatcher: one queue per model, batches per instance, spill to Lambda.
+
+Every request carries its deadline (arrival + RT_max). The batcher takes the
+oldest request, picks the instance that can finish it soonest, and fills a
+batch for that instance until its N_batch is reached or W_batch has passed
+since that request arrived — a batch never waits longer. The instance's
+Bouncer answers at once with what it admits; what it rejects, and everything
+when no instance exists, goes to the ``Serverless`` port straight away. Every
+request ends in an ``Outcome``: an output, or an explicit error. None is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from bouncer.latency import BatchLatency
+from mark.errors import CloudError
+from mark.ports import Serverless
+from mark.telemetry import Telemetry
+
+log = logging.getLogger("mark.dispatcher")
+
+SPILL_CHUNK = 16  # requests per Lambda invocation (keeps payloads well under 6 MB)
+
+
+@dataclass
+class Backend:
+    """An instance's agent as the frontend sees it."""
+
+    instance_id: str
+    instance_type: str
+    url: str
+    latency: BatchLatency
+    n_batch: int = 1
+    w_batch_s: float = 0.0
+    busy_until: float = 0.0
+
+    def finish_if_sent(self, now: float, size: int = 1) -> float:
+        return max(now, self.busy_until) + self.latency(size)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    output: Any | None
+    error: str | None
+    served_by: str  # instance id, "lambda", or "none"
+    latency_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def spilled(self) -> bool:
+        return self.served_by == "lambda"
+
+
+@dataclass
+class _Request:
+    row: np.ndarray[Any, Any]
+    arrival: float
+    deadline: float
+    future: asyncio.Future[Outcome] = field(repr=False)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        model: str,
+        rt_max_s: float,
+        dtype: str,
+        clock: Callable[[], float],
+        session: aiohttp.ClientSession,
+        serverless: Serverless | None,
+        telemetry: Telemetry | None = None,
+        give_up_after_s: float = 60.0,
+    ) -> None:
+        self.model = model
+        self.rt_max_s = rt_max_s
+        self.dtype = dtype
+        self.clock = clock
+        self.session = session
+        self.serverless = serverless
+        self.telemetry = telemetry
+        self.give_up_after_s = give_up_after_s
+        self.backends: dict[str, Backend] = {}
+        self._queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------
+
+    def start(self) -> None:
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._batcher(), name=f"batcher-{self.model}")
+
+    async def close(self) -> None:
+        """Stop batching; whatever is still queued is answered with an explicit error."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=10)
+        while not self._queue.empty():
+            self._finish(self._queue.get_nowait(), None, "mark is shutting down", "none")
+
+    def set_backends(self, backends: Sequence[Backend]) -> None:
+        """Replace the set of instances, keeping what we know of the ones that stay."""
+        fresh = {}
+        for b in backends:
+            old = self.backends.get(b.instance_id)
+            if old is not None:
+                b.busy_until = old.busy_until
+            fresh[b.instance_id] = b
+        self.backends = fresh
+
+    # -- request path ----------------------------------------------------
+
+    async def submit(self, rows: np.ndarray[Any, Any]) -> list[Outcome]:
+        """Queue each row as a request; wait for every one to end."""
+        now = self.clock()
+        loop = asyncio.get_running_loop()
+        reqs = [
+            _Request(rows[i], now, now + self.rt_max_s, loop.create_future())
+            for i in range(rows.shape[0])
+        ]
+        if self.telemetry is not None:
+            self.telemetry.arrival(now, len(reqs))
+        for r in reqs:
+            self._queue.put_nowait(r)
+        done: list[Outcome] = []
+        for r in reqs:
+            try:
+                done.append(await asyncio.wait_for(asyncio.shield(r.future), self.give_up_after_s))
+            except TimeoutError:
+                self._finish(r, None, f"no result within {self.give_up_after_s:g} s", "none")
+                done.append(r.future.result())
+        return done
+
+    def _finish(self, r: _Request, output: Any, error: str | None, served_by: str) -> None:
+        if r.future.done():
+            return
+        now = self.clock()
+        outcome = Outcome(output, error, served_by, now - r.arrival)
+        r.future.set_result(outcome)
+        if self.telemetry is not None:
+            self.telemetry.outcome(now, outcome.latency_s, ok=outcome.ok, spilled=outcome.spilled)
+
+    # -- batching --------------------------------------------------------
+
+    def _pick(self, now: float) -> Backend | None:
+        if not self.backends:
+            return None
+        return min(self.backends.values(), key=lambda b: (b.finish_if_sent(now), b.instance_id))
+
+    async def _batcher(self) -> None:
+        while True:
+            first = await self._queue.get()
+            backend = self._pick(self.clock())
+            if backend is None:
+                batch = [first]
+                while not self._queue.empty() and len(batch) < SPILL_CHUNK:
+                    batch.append(self._queue.get_nowait())
+                self._spawn(self._spill(batch))
+                continue
+            batch = [first]
+            window_end = first.arrival + backend.w_batch_s
+            while len(batch) < backend.n_batch:
+                if not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
+                    continue
+                wait = window_end - self.clock()
+                if wait <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self._queue.get(), wait))
+                except TimeoutError:
+                    break
+            # Reserve the instance now so the next batch sees it busy.
+            now = self.clock()
+            backend.busy_until = backend.finish_if_sent(now, len(batch))
+            self._spawn(self._send(backend, batch))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, backend: Backend, batch: list[_Request]) -> None:
+        body = {
+            "instances": np.stack([r.row for r in batch]).tolist(),
+            "dtype": self.dtype,
+            "deadlines": [r.deadline for r in batch],
+        }
+        admitted: list[int] = []
+        try:
+            async with self.session.post(f"{backend.url}/v1/batch", json=body) as resp:
+                if resp.status != 200:
+                    raise aiohttp.ClientResponseError(
+                        resp.request_info, (), status=resp.status, message=await resp.text()
+                    )
+                head = json.loads(await resp.content.readline())
+                admitted = [int(i) for i in head["admitted"]]
+                rejected = [batch[int(i)] for i in head["rejected"]]
+                backend.busy_until = max(self.clock(), float(head["finish"]))
+                if rejected:
+                    self._spawn(self._spill(rejected))
+                if not admitted:
+                    return
+                tail = json.loads(await resp.content.readline())
+            if "error" in tail:
+                for i in admitted:
+                    self._finish(batch[i], None, str(tail["error"]), backend.instance_id)
+                return
+            for i, out in zip(admitted, tail["outputs"], strict=True):
+                self._finish(batch[i], out, None, backend.instance_id)
+        except (aiohttp.ClientError, OSError, ValueError, KeyError, TimeoutError) as exc:
+            # The instance failed us: whatever it did not answer goes to Lambda.
+            log.warning("instance %s failed a batch: %s", backend.instance_id, exc)
+            backend.busy_until = self.clock() + 1.0  # steer the next batches elsewhere
+            self._spawn(self._spill([r for r in batch if not r.future.done()]))
+
+    async def _spill(self, batch: list[_Request]) -> None:
+        if not batch:
+            return
+        if self.serverless is None:
+            for r in batch:
+                self._finish(r, None, "no serving capacity and no spill function", "none")
+            return
+        for start in range(0, len(batch), SPILL_CHUNK):
+            chunk = batch[start : start + SPILL_CHUNK]
+            try:
+                result = await self.serverless.invoke(self.model, [r.row.tolist() for r in chunk])
+                for r, out in zip(chunk, result.outputs, strict=True):
+                    self._finish(r, out, None, "lambda")
+            except (CloudError, ValueError) as exc:
+                for r in chunk:
+                    self._finish(r, None, f"spill failed: {exc}", "lambda")

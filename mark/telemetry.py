@@ -1,0 +1,113 @@
+"""Telemetry of one model: arrivals per sample window, latency and SLO outcome per minute.
+
+In memory and cheap on the request path (a few integer adds); the daemon
+drains closed windows into the store. ``recent`` keeps the last M outcomes for
+the SLO monitor, and the counters feed ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mark.state.records import ArrivalWindow, LatencyRollup
+
+OUTCOMES = ("served", "spilled", "error")
+
+
+@dataclass
+class _Minute:
+    latencies_ms: list[float] = field(default_factory=list)
+    hits: int = 0
+    misses: int = 0
+    spilled: int = 0
+    errors: int = 0
+
+
+@dataclass
+class Telemetry:
+    model: str
+    rt_max_ms: float
+    sample_window_s: float = 5.0
+    recent_size: int = 100
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    latency_sum_s: float = 0.0
+    _arrivals: dict[float, int] = field(default_factory=dict)
+    _minutes: dict[float, _Minute] = field(default_factory=dict)
+    recent: deque[bool] = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self.recent = deque(maxlen=self.recent_size)
+
+    def _window(self, t: float) -> float:
+        return math.floor(t / self.sample_window_s) * self.sample_window_s
+
+    def arrival(self, now: float, n: int = 1) -> None:
+        w = self._window(now)
+        self._arrivals[w] = self._arrivals.get(w, 0) + n
+
+    def outcome(self, now: float, latency_s: float, *, ok: bool, spilled: bool) -> None:
+        """One request finished (or failed) ``latency_s`` after it arrived."""
+        kind = "error" if not ok else ("spilled" if spilled else "served")
+        self.counts[kind] += 1
+        self.latency_sum_s += latency_s
+        minute = self._minutes.setdefault(math.floor(now / 60.0) * 60.0, _Minute())
+        ms = latency_s * 1000.0
+        within = ok and ms <= self.rt_max_ms
+        minute.latencies_ms.append(ms)
+        minute.hits += within
+        minute.misses += not within
+        minute.spilled += spilled
+        minute.errors += not ok
+        self.recent.append(within)
+
+    def drain(
+        self, now: float, *, everything: bool = False
+    ) -> tuple[list[ArrivalWindow], list[LatencyRollup]]:
+        """Hand over windows and minutes that are closed at ``now`` (all of them on shutdown)."""
+        open_window = self._window(now)
+        windows = [
+            ArrivalWindow(self.model, w, self.sample_window_s, c)
+            for w, c in sorted(self._arrivals.items())
+            if everything or w < open_window
+        ]
+        for w in windows:
+            del self._arrivals[w.window_start]
+        open_minute = math.floor(now / 60.0) * 60.0
+        rollups = []
+        for start in sorted(self._minutes):
+            if not everything and start >= open_minute:
+                continue
+            m = self._minutes.pop(start)
+            q = np.percentile(m.latencies_ms, [50, 95, 99]) if m.latencies_ms else [0.0] * 3
+            rollups.append(
+                LatencyRollup(
+                    self.model,
+                    start,
+                    len(m.latencies_ms),
+                    float(q[0]),
+                    float(q[1]),
+                    float(q[2]),
+                    m.hits,
+                    m.misses,
+                    m.spilled,
+                    m.errors,
+                )
+            )
+        return windows, rollups
+
+    def prometheus(self) -> str:
+        """Counters in Prometheus text format (the /metrics endpoint joins all models)."""
+        label = f'model="{self.model}"'
+        lines = [
+            f'mark_requests_total{{{label},outcome="{k}"}} {v}' for k, v in self.counts.items()
+        ]
+        lines.append(f"mark_request_latency_seconds_sum{{{label}}} {self.latency_sum_s:.6f}")
+        lines.append(f"mark_request_latency_seconds_count{{{label}}} {sum(self.counts.values())}")
+        ok = sum(self.recent)
+        frac = ok / len(self.recent) if self.recent else 1.0
+        lines.append(f"mark_recent_slo_attainment{{{label}}} {frac:.4f}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,221 @@
+"""The dispatcher against real agents (real HTTP, real TorchScript model)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+import torch
+from aiohttp.test_utils import TestServer
+
+from bouncer.agent import Agent
+from bouncer.latency import BatchLatency
+from bouncer.runner import ModelRunner
+from mark.demo import save_torchscript
+from mark.dispatcher import Backend, Dispatcher
+from mark.ports import SpillResult
+from mark.telemetry import Telemetry
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2)).eval()
+    return save_torchscript(net, tmp_path_factory.mktemp("m") / "tiny.pt")
+
+
+class InProcessServerless:
+    """The Serverless port served by the same model in this process (the e2e tests use
+    the real awslambdaric runtime; here only the dispatcher's logic is under test)."""
+
+    def __init__(self, runner: ModelRunner) -> None:
+        self.runner = runner
+        self.calls: list[int] = []
+
+    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
+        self.calls.append(len(batch))
+        out = self.runner.run(np.asarray(batch, dtype=np.float32))
+        return SpillResult(out.tolist(), 1.0, 1, 1024, False)
+
+    async def warm_up(self, model: str, concurrency: int) -> None:
+        return None
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def _agent(model_path: Path, t: float, slowdown: float = 1.0) -> tuple[Agent, TestServer]:
+    agent = Agent(
+        runner=ModelRunner(str(model_path)),
+        latency=BatchLatency.from_mapping({1: t, 8: t}),
+        slowdown=slowdown,
+    )
+    server = TestServer(agent.app())
+    await server.start_server()
+    return agent, server
+
+
+def _dispatcher(
+    session: aiohttp.ClientSession, serverless: Any, rt_max_s: float = 1.0
+) -> Dispatcher:
+    d = Dispatcher(
+        "tiny",
+        rt_max_s,
+        "float32",
+        time.time,
+        session,
+        serverless,
+        Telemetry("tiny", rt_max_ms=rt_max_s * 1000, sample_window_s=5),
+    )
+    d.start()
+    return d
+
+
+def _rows(n: int, seed: int = 0) -> np.ndarray[Any, Any]:
+    return np.random.default_rng(seed).random((n, 2, 2), dtype=np.float32)
+
+
+async def test_concurrent_requests_share_a_batch_up_to_n_batch(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    agent, server = await _agent(model_path, 0.01)
+    runner = ModelRunner(str(model_path))
+    d = _dispatcher(session, InProcessServerless(runner))
+    d.set_backends(
+        [
+            Backend(
+                "i-1",
+                "c5.large",
+                str(server.make_url("")).rstrip("/"),
+                agent.latency,
+                n_batch=4,
+                w_batch_s=0.2,
+            )
+        ]
+    )
+    try:
+        x = _rows(4)
+        outs = await asyncio.gather(*(d.submit(x[i : i + 1]) for i in range(4)))
+        flat = [o for group in outs for o in group]
+        assert all(o.ok and o.served_by == "i-1" for o in flat)
+        assert np.allclose([o.output for o in flat], runner.run(x), atol=1e-6)
+        assert agent.stats.batches == 1  # four requests, one batch
+    finally:
+        await d.close()
+        await server.close()
+
+
+async def test_a_lone_request_waits_at_most_w_batch(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    agent, server = await _agent(model_path, 0.001)
+    d = _dispatcher(session, None)
+    d.set_backends(
+        [
+            Backend(
+                "i-1",
+                "c5.large",
+                str(server.make_url("")).rstrip("/"),
+                agent.latency,
+                n_batch=8,
+                w_batch_s=0.15,
+            )
+        ]
+    )
+    try:
+        t0 = time.perf_counter()
+        (o,) = await d.submit(_rows(1))
+        waited = time.perf_counter() - t0
+        assert o.ok and 0.14 <= waited < 0.6
+    finally:
+        await d.close()
+        await server.close()
+
+
+async def test_no_instances_means_everything_spills_with_correct_results(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    runner = ModelRunner(str(model_path))
+    lam = InProcessServerless(runner)
+    d = _dispatcher(session, lam)
+    try:
+        x = _rows(5)
+        outs = await d.submit(x)
+        assert all(o.ok and o.spilled for o in outs)
+        assert np.allclose([o.output for o in outs], runner.run(x), atol=1e-6)
+        assert d.telemetry is not None and d.telemetry.counts["spilled"] == 5
+    finally:
+        await d.close()
+
+
+async def test_overload_spills_what_the_bouncer_rejects_and_loses_nothing(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    # Each batch takes 0.2 s on the instance; with RT_max 0.3 s a queue of more
+    # than one batch cannot finish in time, so the Bouncer must turn work away.
+    agent, server = await _agent(model_path, 0.2)
+    runner = ModelRunner(str(model_path))
+    lam = InProcessServerless(runner)
+    d = _dispatcher(session, lam, rt_max_s=0.3)
+    d.set_backends(
+        [
+            Backend(
+                "i-1",
+                "c5.large",
+                str(server.make_url("")).rstrip("/"),
+                agent.latency,
+                n_batch=2,
+                w_batch_s=0.0,
+            )
+        ]
+    )
+    try:
+        x = _rows(12, seed=3)
+        outs = await asyncio.gather(*(d.submit(x[i : i + 1]) for i in range(12)))
+        flat = [g[0] for g in outs]
+        assert all(o.ok for o in flat)  # every request got a result
+        assert np.allclose([o.output for o in flat], runner.run(x), atol=1e-6)
+        spilled = sum(o.spilled for o in flat)
+        served = sum(o.served_by == "i-1" for o in flat)
+        assert spilled > 0 and served > 0 and spilled + served == 12
+        assert agent.stats.served == served
+    finally:
+        await d.close()
+        await server.close()
+
+
+async def test_a_dead_instance_is_routed_around_via_lambda(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    lam = InProcessServerless(ModelRunner(str(model_path)))
+    d = _dispatcher(session, lam)
+    d.set_backends([Backend("i-dead", "c5.large", dead, BatchLatency.from_mapping({1: 0.01}))])
+    try:
+        outs = await d.submit(_rows(3))
+        assert all(o.ok and o.spilled for o in outs)
+    finally:
+        await d.close()
+
+
+async def test_without_capacity_or_spill_the_error_is_explicit(
+    session: aiohttp.ClientSession,
+) -> None:
+    d = _dispatcher(session, None)
+    try:
+        (o,) = await d.submit(_rows(1))
+        assert not o.ok and "no serving capacity" in (o.error or "")
+    finally:
+        await d.close()

@@ -1,0 +1,26 @@
+"""Telemetry windows and roll-ups by hand."""
+
+from __future__ import annotations
+
+from mark.telemetry import Telemetry
+
+
+def test_arrivals_per_window_and_minute_rollups_close_on_time() -> None:
+    t = Telemetry("m", rt_max_ms=100, sample_window_s=5, recent_size=3)
+    t.arrival(0.5, 2)
+    t.arrival(4.9)
+    t.arrival(5.0, 4)
+    t.outcome(1.0, 0.050, ok=True, spilled=False)
+    t.outcome(2.0, 0.150, ok=True, spilled=True)  # a miss: over RT_max
+    t.outcome(3.0, 0.010, ok=False, spilled=False)  # an error is a miss
+    windows, rollups = t.drain(now=7.0)
+    assert [(w.window_start, w.count) for w in windows] == [(0.0, 3)]  # 5..10 still open
+    assert rollups == []  # minute 0 still open
+    windows, rollups = t.drain(now=61.0)
+    assert [(w.window_start, w.count) for w in windows] == [(5.0, 4)]
+    (r,) = rollups
+    assert (r.requests, r.slo_hits, r.slo_misses, r.spilled, r.errors) == (3, 1, 2, 1, 1)
+    assert r.p50_ms == 50.0
+    assert list(t.recent) == [True, False, False]
+    assert 'mark_requests_total{model="m",outcome="spilled"} 1' in t.prometheus()
+    assert t.drain(now=1e9) == ([], [])
