@@ -1,0 +1,77 @@
+"""Forecasts keep flowing while a refit runs; refits follow the schedule."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from predictor.base import FloatArray, Forecaster, History
+from predictor.baselines import LastValue
+from predictor.online import OnlinePredictor, RefitPolicy
+
+DAY = 1440
+
+
+class Gated(Forecaster):
+    """Fits only when the test opens the gate, so the test sees the refit in flight."""
+
+    name = "gated"
+
+    def __init__(self, gate: threading.Event, value: float, fail: bool = False) -> None:
+        super().__init__()
+        self.gate, self.value, self.fail = gate, value, fail
+
+    def _fit(self, history: History) -> None:
+        assert self.gate.wait(5)
+        if self.fail:
+            raise RuntimeError("boom")
+
+    def _forecast(self, history: History, steps: int) -> FloatArray:
+        return np.full(steps, self.value)
+
+
+@pytest.mark.parametrize(
+    ("last_fit", "now", "n", "due"),
+    [
+        (None, 100, 2 * DAY, True),  # first model: do not wait for the quiet hour
+        (None, 100, DAY - 1, False),  # not enough history yet
+        (0, DAY + 60, 2 * DAY, False),  # a day later but before 03:00
+        (0, DAY + 180, 2 * DAY, True),  # a day later, at 03:00
+        (DAY + 180, DAY + 600, 2 * DAY, False),  # already refitted today
+    ],
+)
+def test_refit_schedule(last_fit: int | None, now: int, n: int, due: bool) -> None:
+    assert RefitPolicy().due(last_fit, now, n) is due
+
+
+async def test_forecasts_flow_during_a_refit_then_the_new_model_serves(series: History) -> None:
+    gate = threading.Event()
+    online = OnlinePredictor(lambda: Gated(gate, 7.0), RefitPolicy(min_history=10))
+    cold = online.forecast(series, 5)
+    assert np.all(cold == pytest.approx(1.2 * np.nanmax(series.values)))  # paper rule
+    with ThreadPoolExecutor(1) as pool:
+        task = online.maybe_refit(series, now=0, executor=pool)
+        assert task is not None and online.refitting
+        assert online.maybe_refit(series, now=1, executor=pool) is None  # one at a time
+        np.testing.assert_array_equal(online.forecast(series, 5), cold)  # not blocked
+        gate.set()
+        await asyncio.wait_for(task, 5)
+    np.testing.assert_array_equal(online.forecast(series, 5), np.full(5, 7.0))
+    assert online.last_fit == 0 and online.last_error is None
+
+
+async def test_a_failed_refit_keeps_the_old_model(series: History) -> None:
+    gate = threading.Event()
+    gate.set()
+    online = OnlinePredictor(lambda: Gated(gate, 1.0, fail=True), RefitPolicy(min_history=10))
+    online.model = LastValue().fit(series)
+    task = online.maybe_refit(series, now=5)
+    assert task is not None
+    await task
+    assert isinstance(online.model, LastValue)
+    assert online.last_error == "RuntimeError: boom"
+    assert online.maybe_refit(series, now=6) is None  # waits for the next schedule
