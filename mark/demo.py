@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 DIGITS_SHAPE = (1, 8, 8)
+DEMO_SOURCE = "mark.demo:digits_model"  # what the default configuration names
 
 
 class DigitsCNN(nn.Module):
@@ -105,18 +106,24 @@ def save_torchscript(model: nn.Module, path: Path) -> Path:
     return path
 
 
-def default_model_path() -> Path:
-    data_dir = os.environ.get("MARK_DATA_DIR")
-    base = Path(data_dir) if data_dir else Path.home() / ".local" / "share" / "mark"
-    return base / "models" / "digits.pt"
+def default_model_path(data_dir: Path | None = None) -> Path:
+    if data_dir is None:
+        env = os.environ.get("MARK_DATA_DIR")
+        data_dir = Path(env) if env else Path.home() / ".local" / "share" / "mark"
+    return data_dir / "models" / "digits.pt"
+
+
+def ensure_demo_model(data_dir: Path | None = None) -> Path:
+    """The demo model's TorchScript file, trained and saved first if it is not there yet."""
+    path = default_model_path(data_dir)
+    if not path.is_file():
+        save_torchscript(train_digits().model, path)
+    return path
 
 
 def digits_model() -> torch.jit.ScriptModule:
     """Factory named by the default config: load the demo model, training it on first use."""
-    path = default_model_path()
-    if not path.is_file():
-        save_torchscript(train_digits().model, path)
-    return load_torchscript(path)
+    return load_torchscript(ensure_demo_model())
 
 
 def load_torchscript(path: Path) -> torch.jit.ScriptModule:

@@ -1,76 +1,186 @@
-"""The aiohttp application: health, model metadata and (with the data plane) inference.
+"""The aiohttp application clients call: TF-Serving V1 and Open Inference Protocol V2.
 
-Until the data plane lands, inference answers 503 with a JSON body that says so;
-health and metadata are already the KServe V2 shapes clients expect.
+Handlers parse and validate (``mark.api.codec``), hand rows to the model's
+dispatcher, and encode the outcomes. A middleware turns anything unexpected
+into a JSON 500 *and logs it*; client mistakes never get that far.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
 from aiohttp import web
 
+from mark.api.codec import (
+    V2_TYPES,
+    BadRequest,
+    Tensor,
+    encode_v1,
+    encode_v2,
+    parse_json,
+    parse_v1,
+    parse_v2,
+)
+from mark.api.openapi import openapi_document
 from mark.config import ModelSpec, Settings
+from mark.dispatcher import Dispatcher, Outcome
+from mark.telemetry import Telemetry
 
-SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
+log = logging.getLogger("mark.api")
+
+MAX_INSTANCES_PER_REQUEST = 1024
+
+
+@dataclass
+class Served:
+    """What the API needs of one model."""
+
+    spec: ModelSpec
+    dispatcher: Dispatcher | None
+    telemetry: Telemetry | None
+
+
+@dataclass
+class ApiState:
+    settings: Settings
+    models: dict[str, Served]
+    is_ready: Callable[[], bool]
+
+
+STATE: web.AppKey[ApiState] = web.AppKey("mark_api", ApiState)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def _model_or_404(request: web.Request) -> ModelSpec | web.Response:
+@web.middleware
+async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return _error(exc.status, exc.message)
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[STATE].settings.api.max_body_bytes
+        return _error(413, f"request body too large: the limit is {limit} bytes")
+    except web.HTTPException as exc:
+        if exc.status >= 400:
+            return _error(exc.status, exc.reason)
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return _error(500, "internal error; the daemon logged it")
+
+
+def _served(request: web.Request) -> Served:
     name = request.match_info["name"]
-    for m in request.app[SETTINGS].models:
-        if m.name == name:
-            return m
-    return _error(404, f"unknown model {name!r}")
+    served = request.app[STATE].models.get(name)
+    if served is None:
+        raise BadRequest(404, f"unknown model {name!r}; GET /v1/models lists them")
+    return served
 
 
 async def live(_: web.Request) -> web.Response:
     return web.json_response({"live": True})
 
 
-async def ready(_: web.Request) -> web.Response:
-    return web.json_response({"ready": True})
+async def ready(request: web.Request) -> web.Response:
+    ok = request.app[STATE].is_ready()
+    return web.json_response({"ready": ok}, status=200 if ok else 503)
 
 
 async def list_models(request: web.Request) -> web.Response:
-    return web.json_response({"models": [m.name for m in request.app[SETTINGS].models]})
+    return web.json_response({"models": sorted(request.app[STATE].models)})
 
 
 async def model_metadata(request: web.Request) -> web.Response:
-    m = _model_or_404(request)
-    if isinstance(m, web.Response):
-        return m
+    m = _served(request).spec
     return web.json_response(
         {
             "name": m.name,
             "platform": "pytorch_torchscript" if m.loader == "torchscript" else "pytorch",
             "inputs": [
-                {"name": "input", "datatype": m.input.dtype.upper(), "shape": [-1, *m.input.shape]}
+                {
+                    "name": "input",
+                    "datatype": V2_TYPES[m.input.dtype],
+                    "shape": [-1, *m.input.shape],
+                }
             ],
+            "outputs": [{"name": "output", "datatype": "FP32", "shape": [-1, -1]}],
             "slo": {"rt_max_ms": m.slo.rt_max_ms, "sl_min": m.slo.sl_min},
         }
     )
 
 
-async def predict(request: web.Request) -> web.Response:
-    m = _model_or_404(request)
-    if isinstance(m, web.Response):
-        return m
-    return _error(503, "no serving capacity: the inference data plane is not built yet")
+async def _run(served: Served, tensor: Tensor) -> list[Outcome]:
+    if served.dispatcher is None:
+        raise BadRequest(503, "no serving capacity for this model yet")
+    return await served.dispatcher.submit(tensor.array)
 
 
-def build_app(settings: Settings) -> web.Application:
-    app = web.Application(client_max_size=settings.api.max_body_bytes)
-    app[SETTINGS] = settings
+def _failure(outcomes: list[Outcome]) -> web.Response | None:
+    failed = [o for o in outcomes if not o.ok]
+    if not failed:
+        return None
+    return _error(503, f"{len(failed)} of {len(outcomes)} instances failed: {failed[0].error}")
+
+
+async def predict_v1(request: web.Request) -> web.Response:
+    served = _served(request)
+    body = parse_json(await request.read())
+    tensor = parse_v1(body, served.spec.input, MAX_INSTANCES_PER_REQUEST)
+    outcomes = await _run(served, tensor)
+    return _failure(outcomes) or web.json_response(encode_v1([o.output for o in outcomes]))
+
+
+async def infer_v2(request: web.Request) -> web.Response:
+    served = _served(request)
+    body = parse_json(await request.read())
+    tensor = parse_v2(body, served.spec.input, MAX_INSTANCES_PER_REQUEST)
+    outcomes = await _run(served, tensor)
+    req_id = body.get("id") if isinstance(body.get("id"), str) else None
+    return _failure(outcomes) or web.json_response(
+        encode_v2(served.spec.name, [o.output for o in outcomes], req_id)
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    text = "".join(
+        s.telemetry.prometheus() for s in request.app[STATE].models.values() if s.telemetry
+    )
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document(request.app[STATE].settings))
+
+
+def build_app(
+    settings: Settings,
+    models: Mapping[str, Served] | None = None,
+    is_ready: Callable[[], bool] = lambda: True,
+) -> web.Application:
+    app = web.Application(client_max_size=settings.api.max_body_bytes, middlewares=[errors_as_json])
+    served = (
+        dict(models)
+        if models is not None
+        else {m.name: Served(m, None, None) for m in settings.models}
+    )
+    app[STATE] = ApiState(settings, served, is_ready)
     app.add_routes(
         [
             web.get("/v2/health/live", live),
             web.get("/v2/health/ready", ready),
             web.get("/v1/models", list_models),
             web.get("/v2/models/{name}", model_metadata),
-            web.post("/v2/models/{name}/infer", predict),
-            web.post(r"/v1/models/{name}:predict", predict),
+            web.post("/v2/models/{name}/infer", infer_v2),
+            web.post(r"/v1/models/{name}:predict", predict_v1),
+            web.get("/metrics", metrics),
+            web.get("/openapi.json", openapi),
         ]
     )
     return app

@@ -156,9 +156,9 @@ def encode_v1(outputs: Sequence[Any]) -> dict[str, Any]:
 
 def encode_v2(model: str, outputs: Sequence[Any], request_id: str | None) -> dict[str, Any]:
     arr = np.asarray(outputs)
-    kind = V2_TYPES.get(str(arr.dtype), "FP32")
-    if kind == "FP32" and arr.dtype != np.float32:
+    if arr.dtype.kind == "f":  # outputs crossed JSON as float64; the models compute float32
         arr = arr.astype(np.float32)
+    kind = V2_TYPES.get(str(arr.dtype), "FP32")
     body: dict[str, Any] = {
         "model_name": model,
         "outputs": [

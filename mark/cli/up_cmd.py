@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import typer
 
 from mark.cli.context import console, run_async, state
+from mark.config import ModelSpec
 from mark.daemon import serve
+from mark.demo import DEMO_SOURCE
 
 
 def up(
@@ -23,10 +28,35 @@ def up(
     model = settings.models[0]
 
     def ready(url: str) -> None:
+        example = json.dumps({"instances": [example_instance(model)]}, separators=(",", ":"))
         console.print(f"mark is up ({settings.world} world) at [bold]{url}[/]", highlight=False)
-        console.print(f"  health:  curl {url}/v2/health/ready", highlight=False)
-        console.print(f"  model:   curl {url}/v2/models/{model.name}", highlight=False)
+        console.print(f"  health:   curl {url}/v2/health/ready", highlight=False)
+        console.print(f"  model:    curl {url}/v2/models/{model.name}", highlight=False)
+        console.print(
+            f"  predict:  curl -s -X POST {url}/v1/models/{model.name}:predict "
+            f"-H 'Content-Type: application/json' -d '{example}'",
+            highlight=False,
+            soft_wrap=True,
+        )
         console.print("Press Ctrl-C to stop.")
 
+    if model.source == DEMO_SOURCE:
+        with console.status("preparing the demo model (trained once, then cached)..."):
+            from mark.demo import ensure_demo_model
+
+            ensure_demo_model(settings.data_dir)
     run_async(serve(settings, on_ready=ready))
     console.print("mark stopped.")
+
+
+def example_instance(model: ModelSpec) -> Any:
+    """One instance for the printed curl: a real '0' digit for the demo, zeros otherwise."""
+    if model.source == DEMO_SOURCE:
+        from mark.demo import load_digits_tensors
+
+        x, _ = load_digits_tensors()
+        return [[[round(float(v), 4) for v in row] for row in x[0, 0]]]
+    value: Any = 0
+    for d in reversed(model.input.shape):
+        value = [value] * d
+    return value

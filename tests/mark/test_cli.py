@@ -108,7 +108,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_up_serves_health_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+def _post(url: str, body: object) -> dict[str, object]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)  # type: ignore[no-any-return]
+
+
+def test_up_serves_real_predictions_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    """The README's main command: the printed curl returns a real prediction (V1 and V2)."""
     port = _free_port()
     proc = subprocess.Popen(
         [*MARK, "up", "--port", str(port)],
@@ -119,22 +128,45 @@ def test_up_serves_health_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as r:
-                    assert json.load(r) == {"ready": True}
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.2)
-        with urllib.request.urlopen(f"{url}/v2/models/digits", timeout=2) as r:
-            meta = json.load(r)
-        assert meta["inputs"][0]["shape"] == [-1, 1, 8, 8]
+        assert proc.stdout is not None
+        printed = ""
+        deadline = time.monotonic() + 120
+        while "Press Ctrl-C" not in printed:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            printed += line
+            assert time.monotonic() < deadline
+        curl = next(x for x in printed.splitlines() if "predict:" in x)
+        payload = json.loads(curl.split(" -d '", 1)[1].rstrip("'"))
+        # the printed example is the first image of scikit-learn's digits: a zero
+        v1 = _post(f"{url}/v1/models/digits:predict", payload)
+        (logits,) = v1["predictions"]  # type: ignore[misc]
+        assert max(range(10), key=lambda i: logits[i]) == 0
+        flat = [v for row in payload["instances"][0][0] for v in row]
+        v2 = _post(
+            f"{url}/v2/models/digits/infer",
+            {
+                "id": "r1",
+                "inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": flat}],
+            },
+        )
+        (out,) = v2["outputs"]  # type: ignore[misc]
+        assert v2["id"] == "r1" and out["shape"] == [1, 10] and out["datatype"] == "FP32"
+        assert out["data"] == pytest.approx(logits, rel=1e-5)
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+        assert 'mark_requests_total{model="digits",outcome="spilled"} 2' in metrics
         assert (tmp_path / "mark.db").is_file()  # the store was migrated on start
+        children = subprocess.run(
+            ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
+        ).stdout.split()
+        assert children  # the Lambda runtime that served the requests
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out_text, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert "mark is up" in out and "mark stopped." in out
+    assert "mark stopped." in out_text
+    assert (
+        subprocess.run(["pgrep", "-f", f"MARK_DATA_DIR={tmp_path}"], capture_output=True).stdout
+        == b""
+    )

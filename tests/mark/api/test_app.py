@@ -1,0 +1,93 @@
+"""The endpoint in-process: every client mistake is a 4xx JSON body, never a 500."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from mark.api.app import Served, build_app
+from mark.config import load_settings
+from mark.dispatcher import Dispatcher
+from mark.ports import SpillResult
+from mark.telemetry import Telemetry
+
+
+class EchoSum:
+    """A Serverless port whose 'model' returns each instance's sum: enough to test the API."""
+
+    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
+        return SpillResult([[float(np.sum(x))] for x in batch], 1.0, 1, 128, False)
+
+    async def warm_up(self, model: str, concurrency: int) -> None:
+        return None
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[TestClient[Any, Any]]:
+    import time
+
+    import aiohttp
+
+    settings = load_settings(overrides={"api": {"max_body_bytes": 4096}})
+    spec = settings.models[0]
+    async with aiohttp.ClientSession() as session:
+        tel = Telemetry(spec.name, spec.slo.rt_max_ms)
+        disp = Dispatcher(spec.name, 1.0, "float32", time.time, session, EchoSum(), tel)
+        disp.start()
+        app = build_app(settings, {spec.name: Served(spec, disp, tel)})
+        async with TestClient(TestServer(app)) as c:
+            yield c
+        await disp.close()
+
+
+ZERO = [[[0.0] * 8] * 8]
+
+
+async def test_v1_and_v2_predict(client: TestClient[Any, Any]) -> None:
+    ones = [[[1.0] * 8] * 8]
+    r = await client.post("/v1/models/digits:predict", json={"instances": [ZERO, ones]})
+    assert r.status == 200 and (await r.json())["predictions"] == [[0.0], [64.0]]
+    body = {
+        "inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [2.0] * 64}]
+    }
+    r = await client.post("/v2/models/digits/infer", json=body)
+    out = (await r.json())["outputs"][0]
+    assert r.status == 200 and out["data"] == [128.0] and out["shape"] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("path", "data", "status"),
+    [
+        ("/v1/models/nope:predict", b'{"instances": []}', 404),
+        ("/v2/models/nope/infer", b"{}", 404),
+        ("/v1/models/digits:predict", b"{not json", 400),
+        ("/v1/models/digits:predict", b'{"instances": [[1, 2]]}', 400),
+        ("/v1/models/digits:predict", b'{"wrong": 1}', 400),
+        ("/v2/models/digits/infer", b'{"inputs": [{"name": "x"}]}', 400),
+        ("/v1/models/digits:predict", b'{"instances": [' + b"0," * 5000 + b"0]}", 413),
+        ("/v1/models/digits:predict", b"null", 400),
+        ("/v1/models/digits:predict", b'"text"', 400),
+    ],
+)
+async def test_client_mistakes_are_4xx_json(
+    client: TestClient[Any, Any], path: str, data: bytes, status: int
+) -> None:
+    r = await client.post(path, data=data, headers={"Content-Type": "application/json"})
+    assert r.status == status
+    assert "error" in await r.json()
+
+
+async def test_metadata_health_metrics_and_openapi(client: TestClient[Any, Any]) -> None:
+    meta = await (await client.get("/v2/models/digits")).json()
+    assert meta["inputs"][0] == {"name": "input", "datatype": "FP32", "shape": [-1, 1, 8, 8]}
+    assert (await client.get("/v2/models/nope")).status == 404
+    assert (await (await client.get("/v2/health/ready")).json())["ready"] is True
+    await client.post("/v1/models/digits:predict", json={"instances": [ZERO]})
+    text = await (await client.get("/metrics")).text()
+    assert 'mark_requests_total{model="digits",outcome="spilled"} 1' in text
+    doc = await (await client.get("/openapi.json")).json()
+    assert doc["openapi"].startswith("3.") and "/v1/models/digits:predict" in doc["paths"]
