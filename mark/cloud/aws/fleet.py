@@ -1,0 +1,461 @@
+"""The EC2 side of the ``Fleet`` port, with one long-lived aiobotocore client.
+
+mark only ever touches instances it can prove it owns: every instance (and its
+volumes) is tagged at launch with ``mark:cluster`` and mark's own facts about it
+(model, role, market), and ``terminate``/``stop``/``start`` describe the ids
+first and refuse the whole call with ``NotOwned`` if any id lacks this cluster's
+tag. The same tags are what a restarted controller reconciles from (``adopt``).
+
+AWS failures become mark's error types by error *code* (never message text):
+no capacity is ``InsufficientCapacity`` (the reconciler falls back to the next
+offering), throttling is retried here with jittered back-off and only then
+raised as ``Throttled``, and anything else is an ``AwsApiError`` carrying the
+code. botocore's own retries are switched off so this is the only retry layer
+and its bound is the one written here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import random
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import ClientError
+
+from mark.catalog import Market
+from mark.clock import WallClock
+from mark.cloud.aws.spot_prices import fetch_spot_quotes, median_newest_by_zone
+from mark.errors import CloudError, ConfigError, InsufficientCapacity, NotOwned, Throttled
+from mark.ports import (
+    Clock,
+    Fleet,
+    InstanceInfo,
+    InstanceRole,
+    InstanceState,
+    InterruptionNotice,
+    LaunchRequest,
+)
+
+TAG_CLUSTER = "mark:cluster"
+TAG_MODEL = "mark:model"
+TAG_ROLE = "mark:role"
+TAG_MARKET = "mark:market"
+TAG_CLIENT_TOKEN = "mark:client-token"
+
+#: Codes meaning "no capacity for this offering now": try another offering.
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "SpotMaxPriceTooLow",
+        "MaxSpotInstanceCountExceeded",
+        "InstanceLimitExceeded",
+        "InsufficientCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "VcpuLimitExceeded",
+    }
+)
+#: Codes meaning "slow down": retried with back-off before raising ``Throttled``.
+THROTTLE_CODES = frozenset(
+    {"RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled"}
+)
+
+_LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+_FILTER_VALUES_MAX = 200  # EC2's limit on values in one filter
+
+
+class AwsApiError(CloudError):
+    """An AWS error mark has no specific type for; ``code`` is AWS's error code."""
+
+    def __init__(self, operation: str, code: str, message: str) -> None:
+        super().__init__(f"{operation}: {code}: {message}")
+        self.operation = operation
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchTemplateRef:
+    """An EC2 launch template (AMI, profile, security groups, user data live in it)."""
+
+    name: str | None = None
+    id: str | None = None
+    version: str = "$Latest"
+
+    def __post_init__(self) -> None:
+        if (self.name is None) == (self.id is None):
+            raise ConfigError("a launch template needs exactly one of name or id")
+
+    def params(self) -> dict[str, Any]:
+        ref: dict[str, Any] = {"Version": self.version}
+        if self.id is not None:
+            ref["LaunchTemplateId"] = self.id
+        else:
+            ref["LaunchTemplateName"] = self.name
+        return {"LaunchTemplate": ref}
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """The few launch parameters mark needs when no launch template is configured."""
+
+    image_id: str
+    subnet_id: str | None = None
+    security_group_ids: Sequence[str] = ()
+    iam_instance_profile: str | None = None  # name or ARN
+    key_name: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        p: dict[str, Any] = {"ImageId": self.image_id}
+        if self.subnet_id is not None:
+            p["SubnetId"] = self.subnet_id
+        if self.security_group_ids:
+            p["SecurityGroupIds"] = list(self.security_group_ids)
+        if self.iam_instance_profile is not None:
+            key = "Arn" if self.iam_instance_profile.startswith("arn:") else "Name"
+            p["IamInstanceProfile"] = {key: self.iam_instance_profile}
+        if self.key_name is not None:
+            p["KeyName"] = self.key_name
+        return p
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounded retries with full-jitter exponential back-off (AWS's recommended shape)."""
+
+    attempts: int = 5
+    base_s: float = 0.2
+    cap_s: float = 5.0
+    rng: random.Random = field(default_factory=random.Random, compare=False)
+
+    def delay(self, retry: int) -> float:
+        """Seconds to wait before retry number ``retry`` (0-based)."""
+        return self.rng.uniform(0.0, min(self.cap_s, self.base_s * 2**retry))
+
+
+def map_client_error(err: ClientError, operation: str) -> CloudError:
+    """The mark error type for an AWS error, chosen by its code."""
+    error = err.response.get("Error", {})
+    code = str(error.get("Code", "Unknown"))
+    message = str(error.get("Message", ""))
+    if code in CAPACITY_CODES:
+        return InsufficientCapacity(f"{operation}: {code}: {message}")
+    if code in THROTTLE_CODES:
+        return Throttled(f"{operation}: {code}: {message}")
+    return AwsApiError(operation, code, message)
+
+
+UserData = str | Callable[[LaunchRequest], str] | None
+
+
+class AwsFleet:
+    """``Fleet`` on EC2. Use as ``async with AwsFleet(...) as fleet`` or ``open()``/``close()``.
+
+    ``client`` lets a unit test hand in a stand-in client; normally the fleet
+    creates (and closes) its own aiobotocore EC2 client.
+    """
+
+    page_size: int = 500  # DescribeInstances MaxResults (5..1000)
+
+    def __init__(
+        self,
+        region: str,
+        endpoint_url: str | None = None,
+        cluster: str = "default",
+        launch_template: LaunchTemplateRef | LaunchSpec | None = None,
+        *,
+        user_data: UserData = None,
+        clock: Clock | None = None,
+        retry: RetryPolicy | None = None,
+        client: Any = None,
+    ) -> None:
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self.cluster = cluster
+        self.launch_template = launch_template
+        self.user_data = user_data
+        self.clock: Clock = clock if clock is not None else WallClock()
+        self.retry = retry if retry is not None else RetryPolicy()
+        self._client: Any = client
+        self._client_cm: Any = None
+        self._notices: asyncio.Queue[InterruptionNotice] = asyncio.Queue()
+        self._token_locks: dict[str, asyncio.Lock] = {}
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the EC2 client (idempotent)."""
+        if self._client is not None:
+            return
+        config = AioConfig(retries={"mode": "standard", "total_max_attempts": 1})
+        self._client_cm = get_session().create_client(
+            "ec2", region_name=self.region, endpoint_url=self.endpoint_url, config=config
+        )
+        self._client = await self._client_cm.__aenter__()
+
+    async def close(self) -> None:
+        """Close the client if this fleet created it."""
+        if self._client_cm is not None:
+            cm, self._client_cm, self._client = self._client_cm, None, None
+            await cm.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- the Fleet port ----------------------------------------------------
+
+    async def launch(
+        self, request: LaunchRequest, *, client_token: str | None = None
+    ) -> list[InstanceInfo]:
+        """Launch exactly ``request.count`` instances, tagged as ours, or none.
+
+        All-or-nothing (MinCount = MaxCount) so a shortfall surfaces as
+        ``InsufficientCapacity`` and the reconciler can fall back to the next
+        offering, instead of silently getting fewer than it planned for.
+
+        ``client_token`` makes the call idempotent: a second launch with the same
+        token returns the first one's instances (in any state) instead of buying
+        more. It is sent as EC2's ``ClientToken`` and also written as a tag that
+        is looked up first, so the guarantee holds for a restarted controller
+        and wherever ``ClientToken`` is not honoured (moto ignores it). Without
+        one, a fresh token still makes this call's own throttle retries safe.
+        """
+        if request.count < 1:
+            return []
+        token = client_token if client_token is not None else uuid.uuid4().hex
+        lock = self._token_locks.setdefault(token, asyncio.Lock())
+        async with lock:
+            existing = await self._describe(self._filters({TAG_CLIENT_TOKEN: token}))
+            if existing:
+                _check_same_launch(existing, request, token)
+                return existing
+            tags = self._tags(request, token)
+            resp = await self._call("run_instances", **self._run_params(request, token, tags))
+            return [_info(inst, tags) for inst in resp.get("Instances", [])]
+
+    async def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Terminate instances this cluster owns; ``NotOwned`` (and nothing done) otherwise."""
+        ids = await self._owned(instance_ids)
+        if ids:
+            await self._call("terminate_instances", InstanceIds=ids)
+
+    async def stop(self, instance_ids: Sequence[str]) -> None:
+        """Stop owned instances (burstable standbys); stopped ones cost only their EBS."""
+        ids = await self._owned(instance_ids)
+        if ids:
+            await self._call("stop_instances", InstanceIds=ids)
+
+    async def start(self, instance_ids: Sequence[str]) -> None:
+        """Start owned stopped standbys."""
+        ids = await self._owned(instance_ids)
+        if ids:
+            await self._call("start_instances", InstanceIds=ids)
+
+    async def list(self) -> list[InstanceInfo]:
+        """Every non-terminated instance carrying this cluster's tag (all pages)."""
+        return await self._describe(
+            [*self._filters({}), {"Name": "instance-state-name", "Values": _LIVE_STATES}]
+        )
+
+    def notify(self, notice: InterruptionNotice) -> None:
+        """Hand a notice to whoever iterates ``interruptions()``."""
+        self._notices.put_nowait(notice)
+
+    async def interruptions(self) -> AsyncIterator[InterruptionNotice]:
+        """Spot interruption and rebalance notices, in arrival order, for one consumer.
+
+        Notices are fed by ``notify``: today by tests and by whatever consumes
+        the EventBridge -> SQS queue (``mark.cloud.aws.interruptions``) or an
+        agent's IMDS poll, so the controller has one stream whatever the source.
+        """
+        while True:
+            yield await self._notices.get()
+
+    async def spot_prices(self, instance_types: Sequence[str]) -> dict[str, float]:
+        """Median over zones of each zone's newest spot price (``spot_prices`` module)."""
+        quotes = await fetch_spot_quotes(
+            instance_types, region=self.region, endpoint_url=self.endpoint_url
+        )
+        return median_newest_by_zone(quotes)
+
+    # -- internals ---------------------------------------------------------
+
+    async def _call(self, operation: str, **kwargs: Any) -> Any:
+        """One EC2 call, retried on throttling, with AWS errors mapped to mark's."""
+        if self._client is None:
+            raise CloudError("AwsFleet is not open: use `async with` or `await open()`")
+        method = getattr(self._client, operation)
+        for attempt in range(self.retry.attempts):
+            try:
+                return await method(**kwargs)
+            except ClientError as err:
+                mapped = map_client_error(err, operation)
+                if not isinstance(mapped, Throttled) or attempt + 1 >= self.retry.attempts:
+                    raise mapped from err
+            await self.clock.sleep(self.retry.delay(attempt))
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    def _filters(self, tags: Mapping[str, str]) -> builtins.list[dict[str, Any]]:
+        wanted = {TAG_CLUSTER: self.cluster, **tags}
+        return [{"Name": f"tag:{k}", "Values": [v]} for k, v in wanted.items()]
+
+    async def _describe(
+        self, filters: builtins.list[dict[str, Any]]
+    ) -> builtins.list[InstanceInfo]:
+        out: builtins.list[InstanceInfo] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Filters": filters, "MaxResults": self.page_size}
+            if token:
+                kwargs["NextToken"] = token
+            page = await self._call("describe_instances", **kwargs)
+            for reservation in page.get("Reservations", []):
+                out.extend(_info(inst) for inst in reservation.get("Instances", []))
+            token = page.get("NextToken")
+            if not token:
+                return out
+
+    async def _owned(self, instance_ids: Sequence[str]) -> builtins.list[str]:
+        """The ids, de-duplicated, if every one carries this cluster's tag; else ``NotOwned``.
+
+        Filtering by ``instance-id`` (rather than passing ``InstanceIds``) means
+        an unknown id is simply absent instead of failing the whole describe.
+        """
+        ids = list(dict.fromkeys(instance_ids))
+        if not ids:
+            return []
+        seen: dict[str, bool] = {}
+        for start in range(0, len(ids), _FILTER_VALUES_MAX):
+            chunk = ids[start : start + _FILTER_VALUES_MAX]
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {"Filters": [{"Name": "instance-id", "Values": chunk}]}
+                if token:
+                    kwargs["NextToken"] = token
+                page = await self._call("describe_instances", **kwargs)
+                for reservation in page.get("Reservations", []):
+                    for inst in reservation.get("Instances", []):
+                        owner = _tags_of(inst).get(TAG_CLUSTER)
+                        seen[inst["InstanceId"]] = owner == self.cluster
+                token = page.get("NextToken")
+                if not token:
+                    break
+        missing = [i for i in ids if i not in seen]
+        foreign = [i for i in ids if seen.get(i) is False]
+        if missing or foreign:
+            raise NotOwned(
+                f"cluster {self.cluster!r} does not own {foreign + missing}"
+                + (f" ({missing} not found)" if missing else "")
+            )
+        return ids
+
+    def _tags(self, request: LaunchRequest, token: str) -> dict[str, str]:
+        return {
+            "Name": f"mark-{self.cluster}-{request.model}-{request.role.value}",
+            TAG_CLUSTER: self.cluster,
+            TAG_MODEL: request.model,
+            TAG_ROLE: request.role.value,
+            TAG_MARKET: request.market.value,
+            TAG_CLIENT_TOKEN: token,
+        }
+
+    def _run_params(
+        self, request: LaunchRequest, token: str, tags: Mapping[str, str]
+    ) -> dict[str, Any]:
+        if self.launch_template is None:
+            raise ConfigError("AwsFleet needs a launch template or a LaunchSpec to launch")
+        tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
+        params: dict[str, Any] = {
+            **self.launch_template.params(),
+            "InstanceType": request.instance_type,
+            "MinCount": request.count,
+            "MaxCount": request.count,
+            "ClientToken": token,
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tag_list},
+                {"ResourceType": "volume", "Tags": tag_list},
+            ],
+        }
+        if request.market is Market.SPOT:
+            params["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {
+                    "SpotInstanceType": "one-time",
+                    "InstanceInterruptionBehavior": "terminate",
+                },
+            }
+        user_data = self.user_data(request) if callable(self.user_data) else self.user_data
+        if user_data is not None:
+            params["UserData"] = user_data  # botocore base64-encodes it
+        return params
+
+
+async def adopt(fleet: Fleet) -> list[InstanceInfo]:
+    """What a restarted controller takes over: everything the fleet's tags say it owns.
+
+    Nothing is launched here; the reconciler compares this with the plan, so an
+    instance that survived the restart is reused rather than bought twice.
+    """
+    return await fleet.list()
+
+
+def _tags_of(inst: Mapping[str, Any]) -> dict[str, str]:
+    return {str(t["Key"]): str(t["Value"]) for t in inst.get("Tags", [])}
+
+
+def _info(inst: Mapping[str, Any], known_tags: Mapping[str, str] | None = None) -> InstanceInfo:
+    """An EC2 instance description as mark's record; ``known_tags`` fill in what a
+    RunInstances response may omit."""
+    tags = {**(known_tags or {}), **_tags_of(inst)}
+    launched = inst.get("LaunchTime")
+    try:
+        role = InstanceRole(tags.get(TAG_ROLE, InstanceRole.SERVING.value))
+    except ValueError:
+        role = InstanceRole.SERVING
+    return InstanceInfo(
+        instance_id=str(inst["InstanceId"]),
+        model=tags.get(TAG_MODEL, ""),
+        instance_type=str(inst["InstanceType"]),
+        # The instance-lifecycle filter is not portable (moto raises on it), and
+        # the field is the truth anyway, so the market is read from it.
+        market=Market.SPOT if inst.get("InstanceLifecycle") == "spot" else Market.ON_DEMAND,
+        state=InstanceState(inst["State"]["Name"]),
+        role=role,
+        launched_at=launched.timestamp() if isinstance(launched, datetime) else 0.0,
+        address=inst.get("PrivateIpAddress") or inst.get("PublicDnsName") or None,
+        tags=tags,
+    )
+
+
+def _check_same_launch(
+    existing: Sequence[InstanceInfo], request: LaunchRequest, token: str
+) -> None:
+    """A reused token must mean the same launch, as EC2's ``IdempotentParameterMismatch`` says."""
+    for info in existing:
+        if (info.model, info.instance_type, info.market, info.role) != (
+            request.model,
+            request.instance_type,
+            request.market,
+            request.role,
+        ):
+            raise AwsApiError(
+                "run_instances",
+                "IdempotentParameterMismatch",
+                f"client token {token!r} was used for a different launch ({info.instance_id})",
+            )
