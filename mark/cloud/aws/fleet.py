@@ -21,6 +21,7 @@ import builtins
 import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -186,7 +187,7 @@ class AwsFleet:
         self._client: Any = client
         self._client_cm: Any = None
         self._notices: asyncio.Queue[InterruptionNotice] = asyncio.Queue()
-        self._token_locks: dict[str, asyncio.Lock] = {}
+        self._token_locks: dict[str, tuple[asyncio.Lock, int]] = {}  # lock, users
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -239,8 +240,7 @@ class AwsFleet:
         if request.count < 1:
             return []
         token = client_token if client_token is not None else uuid.uuid4().hex
-        lock = self._token_locks.setdefault(token, asyncio.Lock())
-        async with lock:
+        async with self._token_lock(token):
             existing = await self._describe(self._filters({TAG_CLIENT_TOKEN: token}))
             if existing:
                 _check_same_launch(existing, request, token)
@@ -310,6 +310,21 @@ class AwsFleet:
                     raise mapped from err
             await self.clock.sleep(self.retry.delay(attempt))
         raise AssertionError("unreachable: the loop returns or raises")
+
+    @asynccontextmanager
+    async def _token_lock(self, token: str) -> AsyncIterator[None]:
+        """Serialise launches sharing a token; forget the lock when its last user leaves."""
+        lock, users = self._token_locks.get(token, (asyncio.Lock(), 0))
+        self._token_locks[token] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._token_locks[token]
+            if users == 1:
+                del self._token_locks[token]
+            else:
+                self._token_locks[token] = (lock, users - 1)
 
     def _filters(self, tags: Mapping[str, str]) -> builtins.list[dict[str, Any]]:
         wanted = {TAG_CLUSTER: self.cluster, **tags}

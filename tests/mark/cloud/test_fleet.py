@@ -247,6 +247,7 @@ async def test_concurrent_launches_with_one_token_buy_once(fleet: AwsFleet) -> N
     )
     assert [i.instance_id for i in a] == [i.instance_id for i in b]
     assert len(await fleet.list()) == 1
+    assert fleet._token_locks == {}  # a daemon running for months keeps no lock per launch
 
 
 async def test_list_reads_every_page(fleet: AwsFleet) -> None:
