@@ -1,0 +1,164 @@
+"""The local world's "instances": one agent process per running EC2 instance of the embedded moto.
+
+moto keeps the EC2 state (launch, tags, stop, start, terminate) exactly as the
+aws world's adapter sees it; this supervisor makes each running instance real
+by starting ``python -m bouncer.agent`` for it once its boot delay has passed,
+and stops the process when the instance stops or terminates. The agent's
+address is the instance's address for the dispatcher.
+
+Speed: every agent measures its own batch latency on this machine; a
+``slowdown`` per instance type then stretches it so that a c5.large is slower
+than a c5.4xlarge or a GPU, as on AWS. The default rule (documented, not
+measured): accelerated types run at this machine's speed, CPU types at
+``8 / vCPUs`` times slower (at least 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from bouncer.latency import BatchLatency
+from mark.catalog import Accelerator, Catalog
+from mark.ports import Fleet, InstanceInfo, InstanceState
+
+log = logging.getLogger("mark.local.agents")
+
+RUNNING = {InstanceState.RUNNING, InstanceState.READY}
+
+
+@dataclass(frozen=True)
+class AgentModel:
+    source: str
+    input_shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass
+class AgentProcess:
+    instance: InstanceInfo
+    process: asyncio.subprocess.Process
+    url: str
+    latency: BatchLatency
+
+
+def default_slowdown(catalog: Catalog) -> Callable[[str], float]:
+    def slowdown(instance_type: str) -> float:
+        itype = catalog.types.get(instance_type)
+        if itype is None or itype.accelerator is not Accelerator.CPU:
+            return 1.0
+        return max(1.0, 8.0 / max(itype.vcpus, 1))
+
+    return slowdown
+
+
+@dataclass
+class AgentSupervisor:
+    fleet: Fleet
+    models: Mapping[str, AgentModel]
+    clock: Callable[[], float]
+    boot_delay_s: Callable[[str], float] = lambda _t: 0.0
+    slowdown: Callable[[str], float] = lambda _t: 1.0
+    start_timeout_s: float = 120.0
+    agents: dict[str, AgentProcess] = field(default_factory=dict)
+    _starting: set[str] = field(default_factory=set)
+
+    async def sync(self) -> None:
+        """Bring the processes in line with the fleet: start what booted, stop what is gone."""
+        instances = {i.instance_id: i for i in await self.fleet.list()}
+        for iid in list(self.agents):
+            inst = instances.get(iid)
+            if inst is None or inst.state not in RUNNING:
+                await self._stop(self.agents.pop(iid))
+        now = self.clock()
+        starts = [
+            inst
+            for iid, inst in instances.items()
+            if inst.state in RUNNING
+            and iid not in self.agents
+            and iid not in self._starting
+            and inst.model in self.models
+            and now >= inst.launched_at + self.boot_delay_s(inst.instance_type)
+        ]
+        results = await asyncio.gather(*(self._start(i) for i in starts), return_exceptions=True)
+        for inst, res in zip(starts, results, strict=True):
+            if isinstance(res, BaseException):
+                log.error("agent for %s did not start: %s", inst.instance_id, res)
+
+    async def _start(self, inst: InstanceInfo) -> None:
+        model = self.models[inst.model]
+        self._starting.add(inst.instance_id)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bouncer.agent",
+                "--model-source",
+                model.source,
+                "--input-shape",
+                ",".join(map(str, model.input_shape)),
+                "--dtype",
+                model.dtype,
+                "--slowdown",
+                str(self.slowdown(inst.instance_type)),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C on the daemon reaches it through us only
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )
+            try:
+                port = await asyncio.wait_for(_read_port(proc), self.start_timeout_s)
+            except BaseException:
+                _kill(proc)
+                await proc.wait()
+                raise
+            url = f"http://127.0.0.1:{port}"
+            latency = await _fetch_latency(url)
+            self.agents[inst.instance_id] = AgentProcess(inst, proc, url, latency)
+            log.info("agent for %s (%s) at %s", inst.instance_id, inst.instance_type, url)
+        finally:
+            self._starting.discard(inst.instance_id)
+
+    async def _stop(self, agent: AgentProcess) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            agent.process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(agent.process.wait(), 10)
+        except TimeoutError:
+            _kill(agent.process)
+            await agent.process.wait()
+
+    async def close(self) -> None:
+        agents = list(self.agents.values())
+        self.agents.clear()
+        await asyncio.gather(*(self._stop(a) for a in agents))
+
+
+async def _read_port(proc: asyncio.subprocess.Process) -> int:
+    assert proc.stdout is not None
+    while True:
+        line = await proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"agent exited with code {await proc.wait()} before it was ready")
+        text = line.decode().strip()
+        if text.startswith("READY "):
+            return int(text.split()[1])
+
+
+async def _fetch_latency(url: str) -> BatchLatency:
+    async with aiohttp.ClientSession() as s, s.get(f"{url}/health") as r:
+        body = await r.json()
+    return BatchLatency.from_mapping({int(b): float(t) for b, t in body["batch_latency_s"]})
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)

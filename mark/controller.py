@@ -1,0 +1,242 @@
+"""The control loop: each P_u, forecast → plan → guards → fleet, and the plan recorded.
+
+``Controller.step(now)`` is one step, callable directly with any ``now`` (the
+simulator and the tests drive it); ``run`` only repeats it on a clock. The
+decisions are the pure policies of ``provisioner`` and ``predictor``; this
+module reads their inputs from the ports and carries their outputs back out.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bouncer.latency import BatchLatency
+from mark.catalog import Catalog, Market
+from mark.config import ModelSpec, Settings
+from mark.errors import CloudError, UnknownOffering
+from mark.ports import (
+    Clock,
+    Fleet,
+    InstanceInfo,
+    InstanceRole,
+    InstanceState,
+    LaunchRequest,
+    Store,
+)
+from mark.state.records import ArrivalWindow, Decision, PlanRecord
+from provisioner.batching import tune_batching
+from provisioner.greedy import NoFeasibleOption, PlannerOption, RunningInstance, plan_greedy
+from provisioner.guards import FleetInstance, GuardConfig, GuardState, RawDecision, apply_guards
+from provisioner.options import planner_option
+from provisioner.perf_model import InstancePerf
+
+log = logging.getLogger("mark.controller")
+
+Forecast = Callable[[Sequence[float], int], list[float]]
+PROFILE_BATCHES = (1, 2, 4, 8, 16, 32)
+LIVE = {InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY}
+
+
+def max_rate_per_minute(
+    windows: Sequence[ArrivalWindow], start: float, minutes: int
+) -> list[float]:
+    """The paper's series: for each minute, the highest rate of its P_s sample windows.
+
+    A minute with no windows recorded is 0 (the daemon records every window,
+    empty ones included, while it runs).
+    """
+    out = [0.0] * minutes
+    for w in windows:
+        k = math.floor((w.window_start - start) / 60.0)
+        if 0 <= k < minutes:
+            out[k] = max(out[k], w.rate)
+    return out
+
+
+def headroom_fallback(headroom: float = 1.2) -> Forecast:
+    """FALLBACK forecaster, used until a trained predictor is configured:
+    the highest per-minute rate of the history times ``headroom``, flat."""
+
+    def forecast(history: Sequence[float], steps: int) -> list[float]:
+        peak = max(history) if history else 0.0
+        return [peak * headroom] * steps
+
+    return forecast
+
+
+def build_options(
+    spec: ModelSpec,
+    catalog: Catalog,
+    types: Sequence[str],
+    markets: Sequence[Market],
+    latency_by_type: Mapping[str, BatchLatency],
+    boot_s: float,
+) -> list[PlannerOption]:
+    """Planner options for one model: batching tuned per type, capacity under the SLO."""
+    rt_max_s = spec.slo.rt_max_ms / 1000.0
+    options = []
+    for itype in types:
+        latency = latency_by_type.get(itype)
+        if latency is None:
+            continue
+        try:
+            cfg = tune_batching({b: latency(b) for b in PROFILE_BATCHES}, rt_max_s)
+        except ValueError as exc:  # even one request at a time misses RT_max
+            log.info("%s cannot serve %s within the SLO: %s", itype, spec.name, exc)
+            continue
+        perf = InstancePerf(latency(cfg.n_batch), cfg.n_batch, cfg.w_batch_s)
+        for market in markets:
+            try:
+                price = catalog.offering(itype, market).price_per_hour
+            except UnknownOffering:
+                continue
+            options.append(
+                planner_option(
+                    itype,
+                    market.value,
+                    price,
+                    perf,
+                    rt_max_s=rt_max_s,
+                    sl_min=spec.slo.sl_min,
+                    boot_s=boot_s,
+                )
+            )
+    return options
+
+
+@dataclass
+class StepResult:
+    model: str
+    forecast: list[float]
+    plan_id: int | None
+    launched: list[InstanceInfo]
+    retired: list[str]
+    held: list[tuple[str, str]]
+    shortfall: float
+    error: str | None = None
+
+
+@dataclass
+class Controller:
+    settings: Settings
+    fleet: Fleet
+    store: Store
+    options: Mapping[str, Sequence[PlannerOption]]
+    forecast: Forecast = field(default_factory=headroom_fallback)
+    boot_s: float = 90.0
+    _guards: dict[str, GuardState] = field(default_factory=dict)
+
+    async def step(self, now: float) -> list[StepResult]:
+        fleet = [i for i in await self.fleet.list() if i.state in LIVE]
+        return [await self._step_model(m, now, fleet) for m in self.settings.models]
+
+    async def _step_model(
+        self, spec: ModelSpec, now: float, fleet: Sequence[InstanceInfo]
+    ) -> StepResult:
+        t = self.settings.timings
+        step_s = t.update_period_s
+        minutes = 60
+        since = now - minutes * 60.0
+        windows = await self.store.arrivals(spec.name, since, now)
+        history = max_rate_per_minute(windows, since, minutes)
+        forecast = [max(0.0, float(x)) for x in self.forecast(history, t.window_steps)]
+        options = list(self.options.get(spec.name, ()))
+        by_key = {o.key: o for o in options}
+        mine = [i for i in fleet if i.model == spec.name and i.role is InstanceRole.SERVING]
+        running = []
+        for i in mine:
+            opt = by_key.get((i.instance_type, i.market.value))
+            if opt is None:
+                continue
+            ready_at = i.launched_at + self.boot_s
+            steps_left = (
+                0 if i.state is InstanceState.READY else math.ceil((ready_at - now) / step_s)
+            )
+            running.append(RunningInstance(i.instance_id, opt, max(0, steps_left)))
+        try:
+            plan = plan_greedy(
+                forecast,
+                running,
+                options,
+                slo_s=spec.slo.rt_max_ms / 1000.0,
+                step_s=step_s,
+                tau_steps=max(1, round(t.lead_time_s / step_s)),
+            )
+        except NoFeasibleOption as exc:
+            return StepResult(spec.name, forecast, None, [], [], [], 0.0, error=str(exc))
+        guard_cfg = GuardConfig(
+            t.cooldown_s, t.billing_minimum_s, self.settings.offerings.max_instances
+        )
+        members = [
+            FleetInstance(i.instance_id, (i.instance_type, i.market.value), i.launched_at)
+            for i in mine
+        ]
+        decision, self._guards[spec.name] = apply_guards(
+            RawDecision.from_plan(plan),
+            members,
+            self._guards.get(spec.name, GuardState()),
+            now,
+            guard_cfg,
+        )
+        launched: list[InstanceInfo] = []
+        decisions: list[Decision] = []
+        for (itype, market), count in decision.launch:
+            try:
+                got = await self.fleet.launch(
+                    LaunchRequest(spec.name, itype, Market(market), count, InstanceRole.SERVING)
+                )
+            except CloudError as exc:
+                decisions.append(
+                    Decision(spec.name, now, "launch-failed", str(exc), itype, market, count)
+                )
+                continue
+            launched.extend(got)
+            why = next(
+                (it.explain() for it in plan.launch_items() if it.option.key == (itype, market)), ""
+            )
+            decisions.append(Decision(spec.name, now, "launch", why, itype, market, count))
+        if decision.retire:
+            try:
+                await self.fleet.terminate(list(decision.retire))
+                for iid in decision.retire:
+                    decisions.append(
+                        Decision(spec.name, now, "retire", "cool-down over", instance_id=iid)
+                    )
+            except CloudError as exc:
+                decisions.append(Decision(spec.name, now, "retire-failed", str(exc)))
+        plan_id = await self.store.record_plan(
+            PlanRecord(
+                model=spec.name,
+                at=now,
+                planner="greedy",
+                forecast=forecast,
+                horizon_cost=plan.cost_per_hour,
+                explanation={
+                    "lines": plan.explain(),
+                    "held": [list(h) for h in decision.held],
+                    "shortfall": [list(x) for x in plan.shortfall],
+                },
+                decisions=decisions,
+            )
+        )
+        return StepResult(
+            spec.name,
+            forecast,
+            plan_id,
+            launched,
+            list(decision.retire),
+            list(decision.held),
+            max((r for _, r in plan.shortfall), default=0.0),
+        )
+
+    async def run(self, clock: Clock) -> None:
+        """Repeat ``step`` every P_u until cancelled; a failed step is logged, not fatal."""
+        while True:
+            try:
+                await self.step(clock.now())
+            except Exception:
+                log.exception("control-loop step failed")
+            await clock.sleep(self.settings.timings.update_period_s)

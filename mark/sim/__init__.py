@@ -1,0 +1,1 @@
+"""The simulated world: virtual clock and simulated cloud behind the same ports."""

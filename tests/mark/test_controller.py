@@ -1,0 +1,113 @@
+"""One control-loop step at a time, on a manual clock, a simulated fleet and a real store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bouncer.latency import BatchLatency
+from mark.catalog import Market, load_catalog
+from mark.clock import ManualClock
+from mark.config import load_settings
+from mark.controller import Controller, build_options, headroom_fallback, max_rate_per_minute
+from mark.ports import InstanceState
+from mark.sim.fleet import SimFleet
+from mark.state import ArrivalWindow, open_store
+
+T0 = 1_700_000_000.0
+
+
+def test_max_rate_per_minute_takes_each_minutes_peak_window() -> None:
+    ws = [ArrivalWindow("m", T0 + 5 * k, 5.0, k) for k in range(24)]  # two minutes
+    assert max_rate_per_minute(ws, T0, 3) == [11 / 5, 23 / 5, 0.0]
+    assert headroom_fallback(1.5)([1.0, 4.0, 2.0], 3) == [6.0, 6.0, 6.0]
+
+
+async def test_controller_launches_ahead_of_load_and_retires_after_cooldown(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings(
+        overrides={
+            "offerings": {"types": ["c5.large", "c5.xlarge"], "markets": ["on-demand"]},
+            "timings": {"cooldown_s": 5000},
+        }
+    )
+    spec = settings.models[0]  # RT_max 100 ms
+    catalog = load_catalog()
+    lat = {
+        "c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080}),
+        "c5.xlarge": BatchLatency.from_mapping({1: 0.012, 8: 0.045}),
+        "g4dn.xlarge": BatchLatency.from_mapping({1: 0.5}),  # cannot meet RT_max: dropped
+    }
+    options = build_options(
+        spec, catalog, [*settings.offerings.types, "g4dn.xlarge"], [Market.ON_DEMAND], lat, 90.0
+    )
+    assert {o.instance_type for o in options} == {"c5.large", "c5.xlarge"}
+    assert all(o.capacity_rps > 0 for o in options)
+
+    clock = ManualClock(T0)
+    fleet = SimFleet(catalog, clock.now, boot_delay_s=lambda _t: 60.0)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        rate = 3 * max(o.capacity_rps for o in options)  # needs several instances
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 - 3600 + 5 * k, 5.0, int(rate * 5)) for k in range(720)]
+        )
+        ctl = Controller(settings, fleet, store, {spec.name: options})
+        (res,) = await ctl.step(clock.now())
+        assert res.error is None and res.launched
+        capacity = sum(
+            next(o.capacity_rps for o in options if o.instance_type == i.instance_type)
+            for i in res.launched
+        )
+        assert capacity >= rate * 1.2 - 1e-6  # the fallback forecast's headroom is covered
+        (plan,) = await store.plans(spec.name)
+        assert plan.id == res.plan_id and plan.decisions[0].action == "launch"
+        assert "r/s" in " ".join(plan.explanation["lines"]) or plan.explanation["lines"]
+
+        # A second step a minute later keeps the fleet (nothing twice).
+        clock.advance(60)
+        (res2,) = await ctl.step(clock.now())
+        assert res2.launched == [] and res2.retired == []
+
+        # The load stops (an hour later the history is empty): nothing retires
+        # before the cool-down since the fleet was last wanted, then all of it does.
+        clock.advance(3600)
+        (res3,) = await ctl.step(clock.now())
+        assert res3.retired == [] and res3.forecast[0] == 0.0
+        assert all("cool-down" in why for _, why in res3.held) and res3.held
+        clock.advance(5000 - 3600)
+        (res4,) = await ctl.step(clock.now())
+        assert sorted(res4.retired) == sorted(i.instance_id for i in res.launched)
+        assert all(i.state is InstanceState.TERMINATED for i in fleet._instances.values())
+    finally:
+        await store.close()
+
+
+async def test_a_model_no_offering_can_serve_reports_an_error(tmp_path: Path) -> None:
+    settings = load_settings(overrides={"offerings": {"types": ["c5.large"]}})
+    clock = ManualClock(T0)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        await store.add_arrivals([ArrivalWindow("digits", T0 - 60, 5.0, 50)])
+        ctl = Controller(settings, SimFleet(load_catalog(), clock.now), store, {"digits": []})
+        (res,) = await ctl.step(clock.now())
+        assert res.error and res.launched == []
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("market", ["on-demand", "spot"])
+def test_options_carry_the_catalog_price(market: str) -> None:
+    settings = load_settings()
+    opts = build_options(
+        settings.models[0],
+        load_catalog(),
+        ["c5.large"],
+        [Market(market)],
+        {"c5.large": BatchLatency.from_mapping({1: 0.02})},
+        90.0,
+    )
+    (o,) = opts
+    assert o.price_per_hour == load_catalog().offering("c5.large", market).price_per_hour
