@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bouncer.latency import BatchLatency
+from mark.billing import ec2_charge
 from mark.catalog import Catalog, Market
 from mark.config import ModelSpec, Settings
 from mark.errors import CloudError, UnknownOffering
@@ -26,7 +27,7 @@ from mark.ports import (
     LaunchRequest,
     Store,
 )
-from mark.state.records import ArrivalWindow, Decision, PlanRecord
+from mark.state.records import ArrivalWindow, Decision, InstanceRecord, LedgerEntry, PlanRecord
 from provisioner.batching import tune_batching
 from provisioner.greedy import NoFeasibleOption, PlannerOption, RunningInstance, plan_greedy
 from provisioner.guards import FleetInstance, GuardConfig, GuardState, RawDecision, apply_guards
@@ -194,6 +195,23 @@ class Controller:
                 )
                 continue
             launched.extend(got)
+            price = by_key[(itype, market)].price_per_hour
+            for inst in got:
+                await self.store.upsert_instance(
+                    InstanceRecord(
+                        inst.instance_id,
+                        spec.name,
+                        itype,
+                        market,
+                        inst.role.value,
+                        inst.state.value,
+                        price,
+                        inst.launched_at,
+                        now,
+                        inst.address,
+                    ),
+                    reason="planner",
+                )
             why = next(
                 (it.explain() for it in plan.launch_items() if it.option.key == (itype, market)), ""
             )
@@ -205,6 +223,7 @@ class Controller:
                     decisions.append(
                         Decision(spec.name, now, "retire", "cool-down over", instance_id=iid)
                     )
+                await self._bill_retired(spec.name, decision.retire, mine, by_key, now)
             except CloudError as exc:
                 decisions.append(Decision(spec.name, now, "retire-failed", str(exc)))
         plan_id = await self.store.record_plan(
@@ -231,6 +250,45 @@ class Controller:
             list(decision.held),
             max((r for _, r in plan.shortfall), default=0.0),
         )
+
+    async def _bill_retired(
+        self,
+        model: str,
+        retired: Sequence[str],
+        fleet: Sequence[InstanceInfo],
+        by_key: Mapping[tuple[str, str], PlannerOption],
+        now: float,
+    ) -> None:
+        """Record each retired instance's run in the ledger: per second, 60 s minimum."""
+        gone = set(retired)
+        entries = []
+        for inst in fleet:
+            if inst.instance_id not in gone:
+                continue
+            opt = by_key.get((inst.instance_type, inst.market.value))
+            if opt is None:
+                continue
+            charge = ec2_charge(opt.price_per_hour, inst.launched_at, now)
+            entries.append(
+                LedgerEntry(
+                    kind="ec2",
+                    model=model,
+                    start=inst.launched_at,
+                    end=now,
+                    component=inst.market.value,
+                    unit_price=opt.price_per_hour,
+                    cost=charge.cost,
+                    instance_id=inst.instance_id,
+                    instance_type=inst.instance_type,
+                    seconds=charge.seconds,
+                    billed_seconds=charge.billed_seconds,
+                )
+            )
+            await self.store.set_instance_state(
+                inst.instance_id, InstanceState.TERMINATED.value, now, reason="cool-down over"
+            )
+        if entries:
+            await self.store.add_charges(entries)
 
     async def run(self, clock: Clock) -> None:
         """Repeat ``step`` every P_u until cancelled; a failed step is logged, not fatal."""

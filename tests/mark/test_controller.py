@@ -81,6 +81,15 @@ async def test_controller_launches_ahead_of_load_and_retires_after_cooldown(
         (res4,) = await ctl.step(clock.now())
         assert sorted(res4.retired) == sorted(i.instance_id for i in res.launched)
         assert all(i.state is InstanceState.TERMINATED for i in fleet._instances.values())
+        # The store saw every instance come and go, and the ledger priced each run.
+        recs = await store.instances(model=spec.name)
+        assert {r.instance_id for r in recs} == {i.instance_id for i in res.launched}
+        assert all(r.state == "terminated" for r in recs)
+        ledger = await store.ledger(model=spec.name)
+        assert len(ledger) == len(res.launched)
+        for e in ledger:
+            assert e.billed_seconds == e.end - e.start == 60 + 3600 + 1400
+            assert e.cost == pytest.approx(e.billed_seconds * e.unit_price / 3600)
     finally:
         await store.close()
 
