@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from mark.cli import catalog_cmd, config_cmd, db_cmd, demo_cmd, up_cmd
+from mark.cli import catalog_cmd, config_cmd, db_cmd, demo_cmd, status_cmd, up_cmd
 from mark.cli.context import CliState, err_console
 from mark.config import format_validation_error
 from mark.errors import MarkError
@@ -51,6 +51,8 @@ def _root(
 
 app.command("catalog")(catalog_cmd.catalog)
 app.command("up")(up_cmd.up)
+app.command("status")(status_cmd.status)
+app.command("plan")(status_cmd.plan)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(demo_cmd.app, name="demo")

@@ -170,3 +170,58 @@ def test_up_serves_real_predictions_and_stops_cleanly_on_ctrl_c(tmp_path: Path) 
         subprocess.run(["pgrep", "-f", f"MARK_DATA_DIR={tmp_path}"], capture_output=True).stdout
         == b""
     )
+
+
+def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
+    import asyncio
+
+    from mark.state import Decision, InstanceRecord, LatencyRollup, PlanRecord, open_store
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/m.db"
+    now = time.time()
+
+    async def seed() -> None:
+        store = await open_store(url, upgrade=True)
+        await store.record_plan(
+            PlanRecord(
+                "digits",
+                now,
+                "greedy",
+                [12.0, 15.5],
+                0.17,
+                {"lines": ["buy c5.large/on-demand: $0.0001/req over steps 5-59"], "held": []},
+                [
+                    Decision(
+                        "digits", now, "launch", "cheapest per request", "c5.large", "on-demand", 2
+                    )
+                ],
+            )
+        )
+        await store.upsert_instance(
+            InstanceRecord(
+                "i-0abc",
+                "digits",
+                "c5.large",
+                "on-demand",
+                "serving",
+                "running",
+                0.085,
+                now - 100,
+                now,
+            )
+        )
+        await store.add_latency_rollup(
+            LatencyRollup("digits", (now // 60 - 1) * 60, 200, 20.0, 60.0, 90.0, 196, 4, 3, 0)
+        )
+        await store.close()
+
+    asyncio.run(seed())
+    out = run("--set", f"database_url={url}", "plan", "--explain")
+    assert out.returncode == 0, out.stderr
+    assert "launch: 2× c5.large/on-demand — cheapest per request" in out.stdout
+    assert "buy c5.large/on-demand" in out.stdout and "15.5 r/s" in out.stdout
+    st = run("--set", f"database_url={url}", "status")
+    assert st.returncode == 0, st.stderr
+    assert "i-0abc" in st.stdout and "98.00%" in st.stdout
+    none = run("--set", f"database_url={url}", "plan", "--model", "nope")
+    assert none.returncode == 2 and "unknown model 'nope'" in none.stderr

@@ -1,0 +1,112 @@
+"""`mark status` and `mark plan`: what the daemon has, and why, read from the state store."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import typer
+from rich.table import Table
+
+from mark.cli.context import console, fail, run_async, state
+from mark.state import open_store
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def status(
+    ctx: typer.Context,
+    minutes: int = typer.Option(10, min=1, help="how many recent minutes of latency to show"),
+    all_states: bool = typer.Option(False, "--all", help="include terminated instances"),
+) -> None:
+    """Show the fleet (instance, type, market, role, state) and recent latency and SLO figures."""
+    settings = state(ctx).settings()
+
+    async def go() -> None:
+        store = await open_store(settings.db_url)
+        try:
+            live = None if all_states else ["pending", "running", "ready", "stopping", "stopped"]
+            fleet = await store.instances(states=live)
+            now = time.time()
+            rollups = {
+                m.name: await store.latency_rollups(m.name, now - 60 * minutes, now)
+                for m in settings.models
+            }
+        finally:
+            await store.close()
+        table = Table(title=f"fleet ({len(fleet)} instances)")
+        for col in ("instance", "model", "type", "market", "role", "state", "since", "$/h"):
+            table.add_column(col)
+        for i in fleet:
+            table.add_row(
+                i.instance_id,
+                i.model,
+                i.instance_type,
+                i.market,
+                i.role,
+                i.state,
+                _when(i.updated_at),
+                f"{i.price_per_hour:.4f}",
+            )
+        console.print(table)
+        lat = Table(title=f"last {minutes} minutes")
+        for col in ("model", "requests", "p50 ms", "p99 ms", "within RT_max", "SL_min", "spilled"):
+            lat.add_column(col, justify="right")
+        for m in settings.models:
+            rs = rollups[m.name]
+            n = sum(r.requests for r in rs)
+            hits = sum(r.slo_hits for r in rs)
+            lat.add_row(
+                m.name,
+                str(n),
+                f"{max((r.p50_ms for r in rs), default=0):.1f}",
+                f"{max((r.p99_ms for r in rs), default=0):.1f}",
+                f"{hits / n:.2%}" if n else "-",
+                f"{m.slo.sl_min:.0%}",
+                str(sum(r.spilled for r in rs)),
+            )
+        console.print(lat)
+
+    run_async(go())
+
+
+def plan(
+    ctx: typer.Context,
+    model: str | None = typer.Option(None, help="model name (default: the first configured)"),
+    explain: bool = typer.Option(False, "--explain", help="why each instance is kept or bought"),
+    last: int = typer.Option(1, min=1, max=100, help="how many recent plans"),
+) -> None:
+    """Show the latest plans: forecast, cost, decisions (and the reasons with --explain)."""
+    settings = state(ctx).settings()
+    name = model or settings.models[0].name
+    settings.model(name)  # unknown model → one-line error
+
+    async def go() -> None:
+        store = await open_store(settings.db_url)
+        try:
+            plans = await store.plans(name, limit=last)
+        finally:
+            await store.close()
+        if not plans:
+            fail(f"no plan recorded for {name!r} yet: is the daemon running?", code=1)
+        for p in plans:
+            peak = max(p.forecast, default=0.0)
+            console.print(
+                f"[bold]{_when(p.at)}[/] {p.planner}: forecast peak {peak:.1f} r/s over "
+                f"{len(p.forecast)} steps, fleet ${p.horizon_cost:.4f}/h",
+                highlight=False,
+            )
+            for d in p.decisions:
+                what = (
+                    f"{d.count}× {d.instance_type}/{d.market}" if d.instance_type else d.instance_id
+                )
+                console.print(f"  {d.action}: {what}" + (f" — {d.reason}" if explain else ""))
+            if explain:
+                for line in p.explanation.get("lines", []):
+                    console.print(f"  · {line}", highlight=False)
+                for iid, why in p.explanation.get("held", []):
+                    console.print(f"  · held {iid}: {why}", highlight=False)
+
+    run_async(go())
