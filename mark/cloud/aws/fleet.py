@@ -9,9 +9,10 @@ tag. The same tags are what a restarted controller reconciles from (``adopt``).
 AWS failures become mark's error types by error *code* (never message text):
 no capacity is ``InsufficientCapacity`` (the reconciler falls back to the next
 offering), throttling is retried here with jittered back-off and only then
-raised as ``Throttled``, and anything else is an ``AwsApiError`` carrying the
-code. botocore's own retries are switched off so this is the only retry layer
-and its bound is the one written here.
+raised as ``Throttled`` (5xx codes and dropped connections likewise), and
+anything else is an ``AwsApiError`` carrying the code. botocore's own retries
+are switched off so this is the only retry layer and its bound is the one
+written here.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from typing import Any, Self
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from mark.catalog import Market
 from mark.clock import WallClock
@@ -67,6 +69,11 @@ CAPACITY_CODES = frozenset(
 #: Codes meaning "slow down": retried with back-off before raising ``Throttled``.
 THROTTLE_CODES = frozenset(
     {"RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled"}
+)
+
+#: Server-side failures worth another try; raised as ``AwsApiError`` if they persist.
+TRANSIENT_CODES = frozenset(
+    {"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"}
 )
 
 _LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
@@ -268,10 +275,11 @@ class AwsFleet:
             await self._call("start_instances", InstanceIds=ids)
 
     async def list(self) -> list[InstanceInfo]:
-        """Every non-terminated instance carrying this cluster's tag (all pages)."""
-        return await self._describe(
+        """Every non-terminated instance carrying this cluster's tag (all pages), oldest first."""
+        found = await self._describe(
             [*self._filters({}), {"Name": "instance-state-name", "Values": _LIVE_STATES}]
         )
+        return sorted(found, key=lambda i: (i.launched_at, i.instance_id))
 
     def notify(self, notice: InterruptionNotice) -> None:
         """Hand a notice to whoever iterates ``interruptions()``."""
@@ -280,9 +288,11 @@ class AwsFleet:
     async def interruptions(self) -> AsyncIterator[InterruptionNotice]:
         """Spot interruption and rebalance notices, in arrival order, for one consumer.
 
-        Notices are fed by ``notify``: today by tests and by whatever consumes
-        the EventBridge -> SQS queue (``mark.cloud.aws.interruptions``) or an
-        agent's IMDS poll, so the controller has one stream whatever the source.
+        Notices are fed by ``notify``: from the EventBridge -> SQS queue
+        (``SqsInterruptionSource(..., sink=fleet.notify)``) and, later, from
+        agents polling IMDS, so the controller reads one stream whatever the
+        source. A notice may arrive twice (SQS redelivers); acting on it must be
+        idempotent.
         """
         while True:
             yield await self._notices.get()
@@ -297,17 +307,29 @@ class AwsFleet:
     # -- internals ---------------------------------------------------------
 
     async def _call(self, operation: str, **kwargs: Any) -> Any:
-        """One EC2 call, retried on throttling, with AWS errors mapped to mark's."""
+        """One EC2 call with AWS errors mapped to mark's.
+
+        Throttling, 5xx codes and dropped connections are retried (every call
+        here is safe to repeat: describes read, state changes are idempotent,
+        and a launch carries its client token); anything else raises at once.
+        """
         if self._client is None:
             raise CloudError("AwsFleet is not open: use `async with` or `await open()`")
         method = getattr(self._client, operation)
         for attempt in range(self.retry.attempts):
+            last = attempt + 1 >= self.retry.attempts
             try:
                 return await method(**kwargs)
             except ClientError as err:
                 mapped = map_client_error(err, operation)
-                if not isinstance(mapped, Throttled) or attempt + 1 >= self.retry.attempts:
+                transient = isinstance(mapped, Throttled) or (
+                    isinstance(mapped, AwsApiError) and mapped.code in TRANSIENT_CODES
+                )
+                if last or not transient:
                     raise mapped from err
+            except (BotoConnectionError, HTTPClientError) as err:
+                if last:
+                    raise CloudError(f"{operation}: {err}") from err
             await self.clock.sleep(self.retry.delay(attempt))
         raise AssertionError("unreachable: the loop returns or raises")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from mark.catalog import Market
 from mark.clock import ManualClock
@@ -286,10 +286,10 @@ async def test_aws_fleet_is_a_fleet(fleet: AwsFleet) -> None:
 
 
 class FakeEc2:
-    """Answers DescribeInstances with nothing and fails RunInstances with the given codes."""
+    """Answers DescribeInstances with nothing; fails RunInstances with the given codes/errors."""
 
-    def __init__(self, codes: list[str]) -> None:
-        self.codes = codes
+    def __init__(self, failures: list[str | Exception]) -> None:
+        self.failures = failures
         self.run_calls = 0
 
     async def describe_instances(self, **_: Any) -> dict[str, Any]:
@@ -297,9 +297,11 @@ class FakeEc2:
 
     async def run_instances(self, **kwargs: Any) -> dict[str, Any]:
         self.run_calls += 1
-        if self.codes:
-            code = self.codes.pop(0)
-            raise ClientError({"Error": {"Code": code, "Message": "injected"}}, "RunInstances")
+        if self.failures:
+            failure = self.failures.pop(0)
+            if isinstance(failure, Exception):
+                raise failure
+            raise ClientError({"Error": {"Code": failure, "Message": "injected"}}, "RunInstances")
         return {
             "Instances": [
                 {
@@ -311,12 +313,12 @@ class FakeEc2:
         }
 
 
-def _fake_fleet(client: FakeEc2, clock: ManualClock, attempts: int = 4) -> AwsFleet:
+def _fake_fleet(client: FakeEc2, clock: ManualClock | None = None, attempts: int = 4) -> AwsFleet:
     return AwsFleet(
         REGION,
         cluster="unit",
         launch_template=LaunchSpec("ami-1"),
-        clock=clock,
+        clock=clock or ManualClock(),
         retry=RetryPolicy(attempts=attempts, base_s=0.5, cap_s=2.0),
         client=client,
     )
@@ -354,6 +356,23 @@ async def test_a_throttle_that_clears_is_invisible() -> None:
     client, clock = FakeEc2(["RequestLimitExceeded", "Throttling"]), ManualClock()
     [info] = await _fake_fleet(client, clock).launch(REQ)
     assert info.instance_id == "i-fake" and client.run_calls == 3
+
+
+async def test_server_errors_and_dropped_connections_are_retried() -> None:
+    dropped = EndpointConnectionError(endpoint_url="https://ec2.us-east-1.amazonaws.com")
+    client = FakeEc2(["InternalError", dropped, "Unavailable"])
+    [info] = await _fake_fleet(client).launch(REQ)
+    assert info.instance_id == "i-fake" and client.run_calls == 4
+
+    client = FakeEc2([dropped] * 4)
+    with pytest.raises(CloudError, match="run_instances") as err:
+        await _fake_fleet(client, attempts=4).launch(REQ)
+    assert client.run_calls == 4 and isinstance(err.value.__cause__, EndpointConnectionError)
+
+    client = FakeEc2(["InternalError"] * 2)
+    with pytest.raises(AwsApiError) as api_err:
+        await _fake_fleet(client, attempts=2).launch(REQ)
+    assert api_err.value.code == "InternalError"
 
 
 async def test_other_errors_keep_their_code() -> None:
