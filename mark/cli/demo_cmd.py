@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from mark.cli.context import console
-from mark.demo import default_model_path, save_torchscript, train_digits
 
 app = typer.Typer(help="The offline demo model (a CNN on scikit-learn's digits).")
 
@@ -19,6 +18,8 @@ def build(
     epochs: int = typer.Option(15, min=1, max=500),
 ) -> None:
     """Train the demo CNN, print its held-out accuracy, save it as TorchScript."""
+    from mark.demo import default_model_path, save_torchscript, train_digits  # imports torch
+
     path = out or default_model_path()
     with console.status(f"training the digits CNN ({epochs} epochs)..."):
         trained = train_digits(seed=seed, epochs=epochs)

@@ -9,8 +9,6 @@ import typer
 
 from mark.cli.context import console, run_async, state
 from mark.config import ModelSpec
-from mark.daemon import serve
-from mark.demo import DEMO_SOURCE
 
 
 def up(
@@ -19,6 +17,9 @@ def up(
     host: str | None = typer.Option(None, help="API bind address"),
 ) -> None:
     """Start mark: state store, REST endpoint and control loop. Ctrl-C stops it cleanly."""
+    from mark.daemon import serve  # torch and the cloud adapters: only when serving
+    from mark.demo import DEMO_SOURCE, ensure_demo_model
+
     cli = state(ctx)
     if port is not None:
         cli.overrides.append(f"api.port={port}")
@@ -42,8 +43,6 @@ def up(
 
     if model.source == DEMO_SOURCE:
         with console.status("preparing the demo model (trained once, then cached)..."):
-            from mark.demo import ensure_demo_model
-
             ensure_demo_model(settings.data_dir)
     run_async(serve(settings, on_ready=ready))
     console.print("mark stopped.")
@@ -51,9 +50,9 @@ def up(
 
 def example_instance(model: ModelSpec) -> Any:
     """One instance for the printed curl: a real '0' digit for the demo, zeros otherwise."""
-    if model.source == DEMO_SOURCE:
-        from mark.demo import load_digits_tensors
+    from mark.demo import DEMO_SOURCE, load_digits_tensors
 
+    if model.source == DEMO_SOURCE:
         x, _ = load_digits_tensors()
         return [[[round(float(v), 4) for v in row] for row in x[0, 0]]]
     value: Any = 0
