@@ -187,6 +187,15 @@ class AwsSpec(_Strict):
     )
 
 
+class LocalSpec(_Strict):
+    """The embedded local world (moto as EC2, agent processes as instances, local Lambda)."""
+
+    boot_delay_s: float = Field(default=5.0, ge=0, description="launch to agent start")
+    control_loop: bool = Field(default=True, description="run the planner every P_u")
+    lambda_concurrency: int = Field(default=4, ge=1, le=64)
+    lambda_memory_mb: int = Field(default=2048, ge=128, le=10240)
+
+
 class ApiSpec(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -230,6 +239,7 @@ class Settings(BaseSettings):
     )
     aws: AwsSpec = AwsSpec()
     api: ApiSpec = ApiSpec()
+    local: LocalSpec = LocalSpec()
     models: tuple[ModelSpec, ...] = Field(default_factory=lambda: (_demo_model(),))
     offerings: OfferingsSpec = OfferingsSpec()
     timings: Timings = Timings()

@@ -1,9 +1,10 @@
-"""The daemon's lifecycle: store, spill function, dispatchers, API; clean stop on a signal.
+"""The daemon's lifecycle: store, world, dispatchers, control loop, API; clean stop on a signal.
 
-What is wired today: the REST endpoint, one dispatcher per model, the spill
-function (the local world runs it under awslambdaric), telemetry flushed to
-the store every P_s and Lambda charges to the ledger. The control loop that
-launches instances plugs in through ``Dispatcher.set_backends``.
+In the local world (the default) the daemon starts an embedded moto server as
+EC2, launches through the same ``AwsFleet`` adapter it uses on AWS, turns each
+running instance into an agent process, and spills to real awslambdaric
+runtimes. Telemetry is flushed to the store every P_s and Lambda charges to the
+ledger; the control loop runs every P_u.
 """
 
 from __future__ import annotations
@@ -12,24 +13,33 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import numpy as np
 from aiohttp import web
 
+from bouncer.latency import BatchLatency
+from bouncer.runner import ModelRunner
 from mark.api.app import Served, build_app
+from mark.catalog import load_catalog
 from mark.clock import WallClock
-from mark.cloud.local.lambda_runtime import LocalLambda
+from mark.cloud.local.agents import AgentModel, default_slowdown
+from mark.cloud.local.world import LocalWorld
 from mark.config import ModelSpec, Settings
+from mark.controller import Controller, build_options
 from mark.demo import DEMO_SOURCE, ensure_demo_model
-from mark.dispatcher import Dispatcher
+from mark.dispatcher import Backend, Dispatcher
 from mark.errors import ConfigError
 from mark.state import SqlStore, open_store
 from mark.telemetry import Telemetry
+from provisioner.batching import tune_batching
 
 log = logging.getLogger("mark.daemon")
+PROFILE_BATCHES = (1, 2, 4, 8, 16)
 
 
 def resolve_source(spec: ModelSpec, data_dir: Path) -> str:
@@ -39,17 +49,37 @@ def resolve_source(spec: ModelSpec, data_dir: Path) -> str:
     return spec.source
 
 
+def measure_latency(source: str, spec: ModelSpec) -> BatchLatency:
+    """T_b of this model on this machine (real inference, warm-up, median of runs)."""
+    runner = ModelRunner(source)
+    return runner.profile(np.zeros(spec.input.shape, dtype=spec.input.dtype), PROFILE_BATCHES)
+
+
+def backend_for(
+    instance_id: str, instance_type: str, url: str, latency: BatchLatency, rt_max_s: float
+) -> Backend:
+    """A dispatcher backend with N_batch and W_batch tuned from the agent's own profile."""
+    try:
+        cfg = tune_batching({b: latency(b) for b in PROFILE_BATCHES}, rt_max_s)
+        n, w = cfg.n_batch, cfg.w_batch_s
+    except ValueError:  # too slow for RT_max even alone: no batching; the Bouncer spills
+        n, w = 1, 0.0
+    return Backend(instance_id, instance_type, url, latency, n_batch=n, w_batch_s=w)
+
+
 @dataclass
 class Running:
     """Everything the daemon started, so a test (or ``serve``) can reach it."""
 
     settings: Settings
     store: SqlStore
-    serverless: LocalLambda | None
+    world: LocalWorld
     session: aiohttp.ClientSession
     models: dict[str, Served]
     runner: web.AppRunner
     url: str
+    controller: Controller | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 async def _flush(run: Running, everything: bool = False) -> None:
@@ -62,29 +92,68 @@ async def _flush(run: Running, everything: bool = False) -> None:
             await run.store.add_arrivals(windows)
         for r in rollups:
             await run.store.add_latency_rollup(r)
-    if run.serverless is not None:
-        charges = run.serverless.take_charges()
+    if run.world.serverless is not None:
+        charges = run.world.serverless.take_charges()
         if charges:
             await run.store.add_charges(charges)
 
 
-async def _flusher(run: Running) -> None:
+async def _every(seconds: float, what: str, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
     while True:
-        await asyncio.sleep(run.settings.timings.sample_window_s)
+        await asyncio.sleep(seconds)
         try:
-            await _flush(run)
-        except Exception:  # a store hiccup must not stop serving; the next flush retries
-            log.exception("telemetry flush failed")
+            await fn()
+        except Exception:  # one failed round must not stop the daemon; the next one retries
+            log.exception("%s failed", what)
+
+
+async def _sync_backends(run: Running) -> None:
+    agents = run.world.agents
+    if agents is None:
+        return
+    await agents.sync()
+    for name, served in run.models.items():
+        if served.dispatcher is None:
+            continue
+        rt_max_s = served.spec.slo.rt_max_ms / 1000.0
+        served.dispatcher.set_backends(
+            [
+                backend_for(iid, a.instance.instance_type, a.url, a.latency, rt_max_s)
+                for iid, a in agents.agents.items()
+                if a.instance.model == name
+            ]
+        )
 
 
 async def start(settings: Settings) -> Running:
-    if settings.world == "aws":
-        raise ConfigError("world 'aws' is not available yet; use 'local' (or 'sim')")
+    if settings.world != "local":
+        raise ConfigError(
+            f"world {settings.world!r} cannot run as a daemon yet; use 'local' "
+            "(the simulator runs the sim world)"
+        )
     store = await open_store(settings.db_url, upgrade=True)
     clock = WallClock()
+    catalog = load_catalog()
     sources = {m.name: resolve_source(m, settings.data_dir) for m in settings.models}
-    serverless = LocalLambda(sources, env={"MARK_DATA_DIR": str(settings.data_dir)})
-    await serverless.start()
+    world = LocalWorld(
+        settings.aws.region,
+        catalog,
+        {
+            m.name: AgentModel(sources[m.name], tuple(m.input.shape), m.input.dtype)
+            for m in settings.models
+        },
+        clock.now,
+        boot_delay_s=settings.local.boot_delay_s,
+        lambda_env={"MARK_DATA_DIR": str(settings.data_dir)},
+        lambda_concurrency=settings.local.lambda_concurrency,
+        lambda_memory_mb=settings.local.lambda_memory_mb,
+    )
+    try:
+        await world.start()
+    except BaseException:
+        await world.close()
+        await store.close()
+        raise
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
     models: dict[str, Served] = {}
     for m in settings.models:
@@ -95,7 +164,13 @@ async def start(settings: Settings) -> Running:
             recent_size=settings.slo_monitor.last_m,
         )
         disp = Dispatcher(
-            m.name, m.slo.rt_max_ms / 1000.0, m.input.dtype, clock.now, session, serverless, tel
+            m.name,
+            m.slo.rt_max_ms / 1000.0,
+            m.input.dtype,
+            clock.now,
+            session,
+            world.serverless,
+            tel,
         )
         disp.start()
         models[m.name] = Served(m, disp, tel)
@@ -104,11 +179,42 @@ async def start(settings: Settings) -> Running:
     site = web.TCPSite(runner, settings.api.host, settings.api.port)
     await site.start()
     host, port = runner.addresses[0][:2]
-    return Running(settings, store, serverless, session, models, runner, f"http://{host}:{port}")
+    run = Running(settings, store, world, session, models, runner, f"http://{host}:{port}")
+
+    if settings.local.control_loop and world.fleet is not None:
+        slowdown = default_slowdown(catalog)
+        options = {}
+        for m in settings.models:
+            measured = await asyncio.to_thread(measure_latency, sources[m.name], m)
+            latency = {t: measured.scaled(slowdown(t)) for t in settings.offerings.types}
+            options[m.name] = build_options(
+                m,
+                catalog,
+                settings.offerings.types,
+                settings.offerings.markets,
+                latency,
+                boot_s=settings.local.boot_delay_s + 5.0,
+            )
+        run.controller = Controller(
+            settings, world.fleet, store, options, boot_s=settings.local.boot_delay_s + 5.0
+        )
+        run.tasks.append(asyncio.create_task(run.controller.run(clock)))
+    run.tasks.append(asyncio.create_task(_every(1.0, "agent sync", lambda: _sync_backends(run))))
+    run.tasks.append(
+        asyncio.create_task(
+            _every(settings.timings.sample_window_s, "telemetry flush", lambda: _flush(run))
+        )
+    )
+    return run
 
 
 async def stop(run: Running) -> None:
-    """Stop taking requests, answer what is queued, flush telemetry, kill every child."""
+    """Stop taking requests, answer what is queued, flush telemetry, stop every child."""
+    for task in run.tasks:
+        task.cancel()
+    for task in run.tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     await run.runner.shutdown()
     for served in run.models.values():
         if served.dispatcher is not None:
@@ -117,8 +223,7 @@ async def stop(run: Running) -> None:
         await _flush(run, everything=True)
     await run.runner.cleanup()
     await run.session.close()
-    if run.serverless is not None:
-        await run.serverless.close()
+    await run.world.close()
     await run.store.close()
 
 
@@ -129,15 +234,11 @@ async def serve(settings: Settings, on_ready: Callable[[str], None] | None = Non
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop_event.set)
     run = await start(settings)
-    flusher = asyncio.create_task(_flusher(run))
     try:
         if on_ready is not None:
             on_ready(run.url)
         await stop_event.wait()
     finally:
-        flusher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await flusher
         await stop(run)
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(Exception):

@@ -1,0 +1,83 @@
+"""End to end in the local world: EC2 on a real moto server, agent processes, awslambdaric spill."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import pytest
+
+from bouncer.runner import ModelRunner
+from mark.catalog import Market
+from mark.config import load_settings
+from mark.daemon import start, stop
+from mark.demo import load_digits_tensors
+from mark.ports import InstanceState, LaunchRequest
+
+
+def _live_children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+                state, ppid = fields[0], int(fields[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid and state != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.slow
+async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: Path) -> None:
+    settings = load_settings(
+        overrides={
+            "data_dir": str(tmp_path),
+            "api": {"port": 0},
+            "local": {"control_loop": False, "boot_delay_s": 0, "lambda_concurrency": 2},
+        }
+    )
+    run = await start(settings)
+    try:
+        fleet = run.world.fleet
+        assert fleet is not None
+        (inst,) = await fleet.launch(LaunchRequest("digits", "c5.large", Market.ON_DEMAND))
+        listed = await fleet.list()  # the instance exists in the EC2 API, tagged as ours
+        assert [i.instance_id for i in listed] == [inst.instance_id]
+        assert listed[0].state in (InstanceState.PENDING, InstanceState.RUNNING)
+        dispatcher = run.models["digits"].dispatcher
+        assert dispatcher is not None
+        deadline = time.monotonic() + 90
+        while not dispatcher.backends:
+            assert time.monotonic() < deadline, "the agent never came up"
+            await asyncio.sleep(0.5)
+
+        x, _ = load_digits_tensors()
+        n = 300
+        images = x[:n].numpy()
+        expected = ModelRunner(run.world.models["digits"].source).run(images)
+        async with aiohttp.ClientSession() as session:
+
+            async def one(i: int) -> list[float]:
+                body = {"instances": [images[i].tolist()]}
+                async with session.post(f"{run.url}/v1/models/digits:predict", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    return (await r.json())["predictions"][0]  # type: ignore[no-any-return]
+
+            got = await asyncio.gather(*(one(i) for i in range(n)))
+        assert np.allclose(np.asarray(got), expected, atol=1e-4)  # every request, right answer
+        tel = run.models["digits"].telemetry
+        assert tel is not None
+        assert tel.counts["error"] == 0
+        assert tel.counts["served"] > 0, "the instance served nothing"
+        assert tel.counts["spilled"] > 0, "a burst over capacity must spill to Lambda"
+        assert tel.counts["served"] + tel.counts["spilled"] == n
+        assert run.world.serverless is not None and run.world.serverless.cold_starts >= 1
+    finally:
+        await stop(run)
+    assert _live_children(os.getpid()) == []  # no agent or Lambda runtime left behind
