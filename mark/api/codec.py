@@ -77,7 +77,15 @@ def _to_array(data: Any, schema: InputSchema, what: str) -> np.ndarray[Any, Any]
         raise BadRequest(400, f"{what} must be integers for dtype {schema.dtype}")
     if want.kind == "f" and arr.size and not np.all(np.isfinite(arr)):
         raise BadRequest(400, f"{what} holds NaN or infinite values")
-    return arr.astype(want, copy=False)
+    if want.kind in "iu" and arr.size:
+        info = np.iinfo(want)
+        if arr.min() < info.min or arr.max() > info.max:
+            raise BadRequest(400, f"{what} has values outside the range of {schema.dtype}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(want, copy=False)
+    if want.kind == "f" and out.size and not np.all(np.isfinite(out)):
+        raise BadRequest(400, f"{what} has values outside the range of {schema.dtype}")
+    return out
 
 
 def _check_shape(arr: np.ndarray[Any, Any], schema: InputSchema, what: str) -> None:

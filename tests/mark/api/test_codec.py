@@ -98,3 +98,11 @@ def test_encoders_produce_each_protocols_shape() -> None:
     assert v2["model_name"] == "m" and v2["id"] == "req-1"
     (o,) = v2["outputs"]
     assert o["shape"] == [2, 2] and o["datatype"] == "FP32" and len(o["data"]) == 4
+
+
+def test_values_outside_the_dtype_range_are_refused() -> None:
+    with pytest.raises(BadRequest, match="outside the range of float32"):
+        parse_v1({"instances": [[[1e300, 0, 0], [0, 0, 0]]]}, S, 4)
+    small = InputSchema(shape=(1,), dtype="uint8")
+    with pytest.raises(BadRequest, match="outside the range of uint8"):
+        parse_v1({"instances": [[300]]}, small, 4)
