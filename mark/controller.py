@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from bouncer.latency import BatchLatency
 from mark.billing import ec2_charge
-from mark.catalog import Catalog, Market
+from mark.catalog import Catalog, Market, load_catalog
 from mark.config import ModelSpec, Settings
 from mark.errors import CloudError, UnknownOffering
 from mark.ports import (
@@ -33,6 +33,7 @@ from provisioner.greedy import NoFeasibleOption, PlannerOption, RunningInstance,
 from provisioner.guards import FleetInstance, GuardConfig, GuardState, RawDecision, apply_guards
 from provisioner.options import planner_option
 from provisioner.perf_model import InstancePerf
+from provisioner.slo_monitor import SloMonitorConfig, SloMonitorState, observe_latencies
 
 log = logging.getLogger("mark.controller")
 
@@ -128,7 +129,68 @@ class Controller:
     options: Mapping[str, Sequence[PlannerOption]]
     forecast: Forecast = field(default_factory=headroom_fallback)
     boot_s: float = 90.0
+    catalog: Catalog = field(default_factory=load_catalog)
     _guards: dict[str, GuardState] = field(default_factory=dict)
+    _slo: dict[str, SloMonitorState] = field(default_factory=dict)
+
+    async def check_slo(self, now: float, latencies: Mapping[str, Sequence[float]]) -> list[str]:
+        """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.
+
+        ``latencies`` holds, per model, the latencies finished since the last call
+        (inf for failures). Returns the ids of the backups launched.
+        """
+        mon = self.settings.slo_monitor
+        launched: list[str] = []
+        for spec in self.settings.models:
+            cfg = SloMonitorConfig(
+                rt_max_s=spec.slo.rt_max_ms / 1000.0,
+                sl_min=spec.slo.sl_min,
+                window=mon.last_m,
+                launch_count=mon.launch_l,
+                instance_type=mon.instance_type,
+                holdoff_s=mon.holdoff_s,
+            )
+            action, self._slo[spec.name] = observe_latencies(
+                self._slo.get(spec.name, SloMonitorState()),
+                latencies.get(spec.name, ()),
+                now,
+                cfg,
+            )
+            if action is None:
+                continue
+            why = (
+                f"only {action.service_level:.1%} of the last {mon.last_m} requests met "
+                f"RT_max {spec.slo.rt_max_ms:g} ms (SL_min {spec.slo.sl_min:.0%})"
+            )
+            try:
+                got = await self.fleet.launch(
+                    LaunchRequest(
+                        spec.name,
+                        action.instance_type,
+                        Market(action.market),
+                        action.count,
+                        InstanceRole.BACKUP,
+                    )
+                )
+            except CloudError as exc:
+                await self.store.record_decision(
+                    Decision(spec.name, now, "backup-failed", f"{why}: {exc}", action.instance_type)
+                )
+                continue
+            launched += [i.instance_id for i in got]
+            await self._record_launched(got, now, "SLO monitor")
+            await self.store.record_decision(
+                Decision(
+                    spec.name,
+                    now,
+                    "backup",
+                    why,
+                    action.instance_type,
+                    action.market,
+                    action.count,
+                )
+            )
+        return launched
 
     async def step(self, now: float) -> list[StepResult]:
         fleet = [i for i in await self.fleet.list() if i.state in LIVE]
@@ -146,7 +208,12 @@ class Controller:
         forecast = [max(0.0, float(x)) for x in self.forecast(history, t.window_steps)]
         options = list(self.options.get(spec.name, ()))
         by_key = {o.key: o for o in options}
-        mine = [i for i in fleet if i.model == spec.name and i.role is InstanceRole.SERVING]
+        # Backups the SLO monitor launched join the fleet the planner keeps or retires.
+        mine = [
+            i
+            for i in fleet
+            if i.model == spec.name and i.role in (InstanceRole.SERVING, InstanceRole.BACKUP)
+        ]
         running = []
         for i in mine:
             opt = by_key.get((i.instance_type, i.market.value))
@@ -195,23 +262,7 @@ class Controller:
                 )
                 continue
             launched.extend(got)
-            price = by_key[(itype, market)].price_per_hour
-            for inst in got:
-                await self.store.upsert_instance(
-                    InstanceRecord(
-                        inst.instance_id,
-                        spec.name,
-                        itype,
-                        market,
-                        inst.role.value,
-                        inst.state.value,
-                        price,
-                        inst.launched_at,
-                        now,
-                        inst.address,
-                    ),
-                    reason="planner",
-                )
+            await self._record_launched(got, now, "planner")
             why = next(
                 (it.explain() for it in plan.launch_items() if it.option.key == (itype, market)), ""
             )
@@ -223,7 +274,7 @@ class Controller:
                     decisions.append(
                         Decision(spec.name, now, "retire", "cool-down over", instance_id=iid)
                     )
-                await self._bill_retired(spec.name, decision.retire, mine, by_key, now)
+                await self._bill_retired(spec.name, decision.retire, mine, now)
             except CloudError as exc:
                 decisions.append(Decision(spec.name, now, "retire-failed", str(exc)))
         plan_id = await self.store.record_plan(
@@ -251,12 +302,35 @@ class Controller:
             max((r for _, r in plan.shortfall), default=0.0),
         )
 
+    def _price(self, instance_type: str, market: str) -> float:
+        try:
+            return self.catalog.offering(instance_type, market).price_per_hour
+        except UnknownOffering:
+            return 0.0
+
+    async def _record_launched(self, got: Sequence[InstanceInfo], now: float, why: str) -> None:
+        for inst in got:
+            await self.store.upsert_instance(
+                InstanceRecord(
+                    inst.instance_id,
+                    inst.model,
+                    inst.instance_type,
+                    inst.market.value,
+                    inst.role.value,
+                    inst.state.value,
+                    self._price(inst.instance_type, inst.market.value),
+                    inst.launched_at,
+                    now,
+                    inst.address,
+                ),
+                reason=why,
+            )
+
     async def _bill_retired(
         self,
         model: str,
         retired: Sequence[str],
         fleet: Sequence[InstanceInfo],
-        by_key: Mapping[tuple[str, str], PlannerOption],
         now: float,
     ) -> None:
         """Record each retired instance's run in the ledger: per second, 60 s minimum."""
@@ -265,10 +339,8 @@ class Controller:
         for inst in fleet:
             if inst.instance_id not in gone:
                 continue
-            opt = by_key.get((inst.instance_type, inst.market.value))
-            if opt is None:
-                continue
-            charge = ec2_charge(opt.price_per_hour, inst.launched_at, now)
+            price = self._price(inst.instance_type, inst.market.value)
+            charge = ec2_charge(price, inst.launched_at, now)
             entries.append(
                 LedgerEntry(
                     kind="ec2",
@@ -276,7 +348,7 @@ class Controller:
                     start=inst.launched_at,
                     end=now,
                     component=inst.market.value,
-                    unit_price=opt.price_per_hour,
+                    unit_price=price,
                     cost=charge.cost,
                     instance_id=inst.instance_id,
                     instance_type=inst.instance_type,

@@ -125,6 +125,17 @@ async def _sync_backends(run: Running) -> None:
         )
 
 
+async def _slo(run: Running) -> None:
+    if run.controller is None:
+        return
+    latencies = {
+        name: served.telemetry.take_latencies()
+        for name, served in run.models.items()
+        if served.telemetry is not None
+    }
+    await run.controller.check_slo(WallClock().now(), latencies)
+
+
 async def start(settings: Settings) -> Running:
     if settings.world != "local":
         raise ConfigError(
@@ -199,6 +210,7 @@ async def start(settings: Settings) -> Running:
             settings, world.fleet, store, options, boot_s=settings.local.boot_delay_s + 5.0
         )
         run.tasks.append(asyncio.create_task(run.controller.run(clock)))
+        run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))
     run.tasks.append(asyncio.create_task(_every(1.0, "agent sync", lambda: _sync_backends(run))))
     run.tasks.append(
         asyncio.create_task(

@@ -38,6 +38,7 @@ class Telemetry:
     _arrivals: dict[float, int] = field(default_factory=dict)
     _minutes: dict[float, _Minute] = field(default_factory=dict)
     recent: deque[bool] = field(default_factory=deque)
+    _fresh: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.recent = deque(maxlen=self.recent_size)
@@ -63,6 +64,12 @@ class Telemetry:
         minute.spilled += spilled
         minute.errors += not ok
         self.recent.append(within)
+        self._fresh.append(latency_s if ok else math.inf)
+
+    def take_latencies(self) -> list[float]:
+        """Latencies (inf for failures) finished since the last call: the SLO monitor's input."""
+        fresh, self._fresh = self._fresh, []
+        return fresh
 
     def drain(
         self, now: float, *, everything: bool = False

@@ -120,3 +120,29 @@ def test_options_carry_the_catalog_price(market: str) -> None:
     )
     (o,) = opts
     assert o.price_per_hour == load_catalog().offering("c5.large", market).price_per_hour
+
+
+async def test_slo_monitor_launches_backups_once_per_miss_streak(tmp_path: Path) -> None:
+    settings = load_settings(
+        overrides={"slo_monitor": {"last_m": 10, "launch_l": 2, "holdoff_s": 120}}
+    )
+    clock = ManualClock(T0)
+    fleet = SimFleet(load_catalog(), clock.now)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        ctl = Controller(settings, fleet, store, {"digits": []})
+        ok, slow = [0.01] * 10, [0.5] * 10  # RT_max of the demo model is 100 ms
+        assert await ctl.check_slo(clock.now(), {"digits": ok}) == []
+        launched = await ctl.check_slo(clock.now(), {"digits": slow[:5]})
+        assert len(launched) == 2  # 5 of the last 10 missed: below SL_min 98 %
+        clock.advance(30)
+        assert await ctl.check_slo(clock.now(), {"digits": slow}) == []  # held off
+        insts = await fleet.list()
+        assert {(i.instance_type, i.role.value) for i in insts} == {("c5.large", "backup")}
+        (d,) = await store.decisions(0, 1e12)
+        assert d.action == "backup" and "50.0% of the last 10" in d.reason
+        assert {r.role for r in await store.instances()} == {"backup"}
+        clock.advance(120)
+        assert len(await ctl.check_slo(clock.now(), {"digits": slow})) == 2  # a new streak
+    finally:
+        await store.close()
