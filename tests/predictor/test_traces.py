@@ -97,3 +97,16 @@ def test_twitter_daily_gaps_are_missing_minutes() -> None:
         assert nan[day * 1440 + 1411 : (day + 1) * 1440].all()
     assert nan.sum() == 14 * 29 + 2  # plus the 150 s gap inside day 12
     assert np.nanmin(h.values) > 30  # no gap leaks through as a near-zero minute
+
+
+NAB = TWITTER.with_name("nab-twitter-aapl.csv")
+
+
+@pytest.mark.skipif(not NAB.is_file(), reason="shared NAB trace not present")
+def test_nab_outage_buckets_are_missing_minutes() -> None:
+    h = load_trace(NAB)
+    assert h.start == np.datetime64("2015-02-26T21:42", "m")
+    assert len(h) == 15_902 * 5
+    assert np.isnan(h.values).sum() == 29 * 5  # the 29 zero buckets of the README
+    outage = (np.datetime64("2015-03-11T07:02") - h.start).astype(int)
+    assert np.isnan(h.values[outage : outage + 130]).all()
