@@ -180,6 +180,33 @@ class SloMonitorSpec(_Strict):
         return v
 
 
+class PredictorSpec(_Strict):
+    """The workload predictor the control loop asks each P_u (paper §4.2)."""
+
+    model: str = Field(
+        default="lstm",
+        description="lstm, seasonal, seasonal-week, last, paper, ets, sarima, or pkg.module:Class",
+    )
+    model_file: Path | None = Field(
+        default=None, description="a model saved by `mark predictor train`, used from the start"
+    )
+    history_minutes: int = Field(default=1500, ge=60, description="history handed to the model")
+    refit_every_minutes: int = Field(default=1440, ge=60, description="refit schedule (nightly)")
+    refit_at_minute_of_day: int | None = Field(default=180, ge=0, lt=1440)
+    min_history_minutes: int = Field(default=1440, ge=60, description="before this: fallback")
+
+    @field_validator("model")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from predictor.registry import resolve
+
+        try:
+            resolve(v)
+        except Exception as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+
 class AwsSpec(_Strict):
     region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
     endpoint_url: str | None = Field(
@@ -244,6 +271,7 @@ class Settings(BaseSettings):
     offerings: OfferingsSpec = OfferingsSpec()
     timings: Timings = Timings()
     slo_monitor: SloMonitorSpec = SloMonitorSpec()
+    predictor: PredictorSpec = PredictorSpec()
 
     @field_validator("database_url")
     @classmethod

@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from bouncer.latency import BatchLatency
 from mark.billing import ec2_charge
 from mark.catalog import Catalog, Market, load_catalog
@@ -28,6 +30,8 @@ from mark.ports import (
     Store,
 )
 from mark.state.records import ArrivalWindow, Decision, InstanceRecord, LedgerEntry, PlanRecord
+from predictor.base import History
+from predictor.online import OnlinePredictor, RefitPolicy
 from provisioner.batching import tune_batching
 from provisioner.greedy import NoFeasibleOption, PlannerOption, RunningInstance, plan_greedy
 from provisioner.guards import FleetInstance, GuardConfig, GuardState, RawDecision, apply_guards
@@ -128,10 +132,13 @@ class Controller:
     store: Store
     options: Mapping[str, Sequence[PlannerOption]]
     forecast: Forecast = field(default_factory=headroom_fallback)
+    predictors: Mapping[str, OnlinePredictor] = field(default_factory=dict)
     boot_s: float = 90.0
     catalog: Catalog = field(default_factory=load_catalog)
     _guards: dict[str, GuardState] = field(default_factory=dict)
     _slo: dict[str, SloMonitorState] = field(default_factory=dict)
+    _series: dict[str, dict[float, float]] = field(default_factory=dict)
+    _fetched: dict[str, float] = field(default_factory=dict)
 
     async def check_slo(self, now: float, latencies: Mapping[str, Sequence[float]]) -> list[str]:
         """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.
@@ -201,11 +208,7 @@ class Controller:
     ) -> StepResult:
         t = self.settings.timings
         step_s = t.update_period_s
-        minutes = 60
-        since = now - minutes * 60.0
-        windows = await self.store.arrivals(spec.name, since, now)
-        history = max_rate_per_minute(windows, since, minutes)
-        forecast = [max(0.0, float(x)) for x in self.forecast(history, t.window_steps)]
+        forecast = await self._forecast(spec.name, now, t.window_steps)
         options = list(self.options.get(spec.name, ()))
         by_key = {o.key: o for o in options}
         # Backups the SLO monitor launched join the fleet the planner keeps or retires.
@@ -326,6 +329,40 @@ class Controller:
                 reason=why,
             )
 
+    async def _history(self, model: str, now: float) -> tuple[float, list[float]]:
+        """Per-minute max rates of the last ``history_minutes`` whole minutes.
+
+        Kept in memory between steps: only windows since the last step are read
+        from the store, so a day of history costs one query of a minute's rows.
+        """
+        minutes = self.settings.predictor.history_minutes
+        end = math.floor(now / 60.0) * 60.0
+        start = end - minutes * 60.0
+        cache = self._series.setdefault(model, {})
+        fetched = self._fetched.get(model, start)
+        since = max(start, min(fetched, end - 120.0))  # re-read the last minutes: late windows
+        for k, rate in enumerate(
+            max_rate_per_minute(
+                await self.store.arrivals(model, since, end), since, int((end - since) // 60)
+            )
+        ):
+            cache[since + 60.0 * k] = rate
+        self._fetched[model] = end
+        for key in [k for k in cache if k < start]:
+            del cache[key]
+        return start, [cache.get(start + 60.0 * k, 0.0) for k in range(minutes)]
+
+    async def _forecast(self, model: str, now: float, steps: int) -> list[float]:
+        start, values = await self._history(model, now)
+        online = self.predictors.get(model)
+        if online is None or not any(values):
+            return [max(0.0, float(x)) for x in self.forecast(values[-60:], steps)]
+        history = History(
+            np.asarray(values, dtype=np.float64), np.datetime64(int(start // 60), "m")
+        )
+        online.maybe_refit(history, int(now // 60))
+        return [float(x) for x in online.forecast(history, steps)]
+
     async def _bill_retired(
         self,
         model: str,
@@ -370,3 +407,22 @@ class Controller:
             except Exception:
                 log.exception("control-loop step failed")
             await clock.sleep(self.settings.timings.update_period_s)
+
+
+def online_predictor(settings: Settings) -> OnlinePredictor:
+    """The configured model behind the refit schedule; a saved model serves from the start."""
+    from predictor.registry import create, load
+
+    spec = settings.predictor
+    online = OnlinePredictor(
+        lambda: create(spec.model),
+        RefitPolicy(
+            every_minutes=spec.refit_every_minutes,
+            min_history=spec.min_history_minutes,
+            at_minute_of_day=spec.refit_at_minute_of_day,
+        ),
+    )
+    if spec.model_file is not None:
+        online.model = load(spec.model_file)
+        online.last_fit = 0  # trained offline: the next refit waits for the schedule
+    return online

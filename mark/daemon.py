@@ -30,7 +30,7 @@ from mark.clock import WallClock
 from mark.cloud.local.agents import AgentModel, default_slowdown
 from mark.cloud.local.world import LocalWorld
 from mark.config import ModelSpec, Settings
-from mark.controller import Controller, build_options
+from mark.controller import Controller, build_options, online_predictor
 from mark.demo import DEMO_SOURCE, ensure_demo_model
 from mark.dispatcher import Backend, Dispatcher
 from mark.errors import ConfigError
@@ -207,7 +207,12 @@ async def start(settings: Settings) -> Running:
                 boot_s=settings.local.boot_delay_s + 5.0,
             )
         run.controller = Controller(
-            settings, world.fleet, store, options, boot_s=settings.local.boot_delay_s + 5.0
+            settings,
+            world.fleet,
+            store,
+            options,
+            boot_s=settings.local.boot_delay_s + 5.0,
+            predictors={m.name: online_predictor(settings) for m in settings.models},
         )
         run.tasks.append(asyncio.create_task(run.controller.run(clock)))
         run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))

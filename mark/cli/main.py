@@ -9,7 +9,15 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from mark.cli import catalog_cmd, config_cmd, db_cmd, demo_cmd, status_cmd, up_cmd
+from mark.cli import (
+    catalog_cmd,
+    config_cmd,
+    db_cmd,
+    demo_cmd,
+    predictor_cmd,
+    status_cmd,
+    up_cmd,
+)
 from mark.cli.context import CliState, err_console
 from mark.config import format_validation_error
 from mark.errors import MarkError
@@ -56,6 +64,7 @@ app.command("plan")(status_cmd.plan)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(demo_cmd.app, name="demo")
+app.add_typer(predictor_cmd.app, name="predictor")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -157,20 +157,28 @@ class SqlStore:
 
     async def add_arrivals(self, windows: Sequence[ArrivalWindow]) -> None:
         """Record closed sample windows; re-recording a window replaces its count."""
+        for w in windows:
+            if w.window_s <= 0 or w.count < 0:
+                raise StoreError(f"invalid arrival window {w}")
+        by_model: dict[str, dict[float, ArrivalWindow]] = {}
+        for w in windows:
+            by_model.setdefault(w.model, {})[w.window_start] = w
         async with self._session.begin() as s:
-            for w in windows:
-                if w.window_s <= 0 or w.count < 0:
-                    raise StoreError(f"invalid arrival window {w}")
-                existing = await s.scalar(
-                    select(ArrivalRow).where(
-                        ArrivalRow.model == w.model, ArrivalRow.window_start == w.window_start
+            for model, fresh in by_model.items():
+                existing = (
+                    await s.scalars(
+                        select(ArrivalRow).where(
+                            ArrivalRow.model == model,
+                            ArrivalRow.window_start >= min(fresh),
+                            ArrivalRow.window_start <= max(fresh),
+                        )
                     )
-                )
-                if existing is None:
-                    s.add(ArrivalRow(**asdict(w)))
-                else:
-                    existing.count = w.count
-                    existing.window_s = w.window_s
+                ).all()
+                for row in existing:
+                    if row.window_start in fresh:
+                        w = fresh.pop(row.window_start)
+                        row.count, row.window_s = w.count, w.window_s
+                s.add_all(ArrivalRow(**asdict(w)) for w in fresh.values())
 
     async def arrivals(self, model: str, since: float, until: float) -> list[ArrivalWindow]:
         q = (

@@ -146,3 +146,49 @@ async def test_slo_monitor_launches_backups_once_per_miss_streak(tmp_path: Path)
         assert len(await ctl.check_slo(clock.now(), {"digits": slow})) == 2  # a new streak
     finally:
         await store.close()
+
+
+async def test_the_configured_predictor_forecasts_from_the_stores_history(tmp_path: Path) -> None:
+    """With a day of history a seasonal model is fitted off the loop, then it forecasts."""
+    import asyncio
+
+    from mark.controller import online_predictor
+
+    settings = load_settings(
+        overrides={
+            "predictor": {
+                "model": "seasonal",
+                "history_minutes": 1500,
+                "min_history_minutes": 1440,
+                "refit_at_minute_of_day": None,
+            }
+        }
+    )
+    clock = ManualClock(T0 - T0 % 86400 + 86400 + 3600)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        # yesterday: 2 r/s, except 10 r/s from 01:10 to 01:20; today so far: 2 r/s
+        day = clock.now() - 3600 - 86400
+        ws = []
+        for k in range(0, 86400 + 3600, 5):
+            t = day + k
+            busy = 4200 <= k < 4800
+            ws.append(ArrivalWindow("digits", t, 5.0, 50 if busy else 10))
+        await store.add_arrivals(ws)
+        online = online_predictor(settings)
+        ctl = Controller(
+            settings,
+            SimFleet(load_catalog(), clock.now),
+            store,
+            {"digits": []},
+            predictors={"digits": online},
+        )
+        await ctl.step(clock.now())  # first step: cold-start rule, refit started
+        assert online._task is not None
+        await asyncio.wait_for(online._task, 30)
+        assert online.model is not None and online.last_error is None
+        forecast = await ctl._forecast("digits", clock.now(), 60)
+        # same minutes yesterday: 2 r/s, then the 10 r/s burst at minutes 10..19
+        assert forecast[5] == pytest.approx(2.0) and forecast[12] == pytest.approx(10.0)
+    finally:
+        await store.close()
