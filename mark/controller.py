@@ -26,6 +26,7 @@ from mark.ports import (
     InstanceInfo,
     InstanceRole,
     InstanceState,
+    InterruptionNotice,
     LaunchRequest,
     Store,
 )
@@ -38,6 +39,15 @@ from provisioner.guards import FleetInstance, GuardConfig, GuardState, RawDecisi
 from provisioner.options import planner_option
 from provisioner.perf_model import InstancePerf
 from provisioner.slo_monitor import SloMonitorConfig, SloMonitorState, observe_latencies
+from provisioner.spot import (
+    InterruptionMemory,
+    SpotHolding,
+    Standby,
+    avoid_interrupted,
+    on_interruption_notice,
+    standby_pool_size,
+    standbys_to_stop,
+)
 
 log = logging.getLogger("mark.controller")
 
@@ -137,6 +147,10 @@ class Controller:
     catalog: Catalog = field(default_factory=load_catalog)
     _guards: dict[str, GuardState] = field(default_factory=dict)
     _slo: dict[str, SloMonitorState] = field(default_factory=dict)
+    standby_capacity: Mapping[str, float] = field(default_factory=dict)  # r/s per model
+    standby_loss_fraction: float = 0.25
+    _memory: InterruptionMemory = field(default_factory=InterruptionMemory)
+    _doomed: dict[str, float] = field(default_factory=dict)  # instance id -> reclaim time
     _series: dict[str, dict[float, float]] = field(default_factory=dict)
     _fetched: dict[str, float] = field(default_factory=dict)
 
@@ -209,14 +223,17 @@ class Controller:
         t = self.settings.timings
         step_s = t.update_period_s
         forecast = await self._forecast(spec.name, now, t.window_steps)
-        options = list(self.options.get(spec.name, ()))
-        by_key = {o.key: o for o in options}
+        all_options = list(self.options.get(spec.name, ()))
+        by_key = {o.key: o for o in all_options}
+        options = avoid_interrupted(all_options, self._memory, now)
         # Backups the SLO monitor launched join the fleet the planner keeps or retires.
         mine = [
             i
             for i in fleet
             if i.model == spec.name and i.role in (InstanceRole.SERVING, InstanceRole.BACKUP)
         ]
+        # An instance with an interruption notice is reclaimed within minutes: plan without it.
+        mine = [i for i in mine if i.instance_id not in self._doomed]
         running = []
         for i in mine:
             opt = by_key.get((i.instance_type, i.market.value))
@@ -280,6 +297,8 @@ class Controller:
                 await self._bill_retired(spec.name, decision.retire, mine, now)
             except CloudError as exc:
                 decisions.append(Decision(spec.name, now, "retire-failed", str(exc)))
+        serving = [*mine, *launched]
+        decisions += await self._standbys(spec, now, fleet, serving, by_key, forecast)
         plan_id = await self.store.record_plan(
             PlanRecord(
                 model=spec.name,
@@ -304,6 +323,133 @@ class Controller:
             list(decision.held),
             max((r for _, r in plan.shortfall), default=0.0),
         )
+
+    async def on_interruption(self, notice: InterruptionNotice, now: float) -> list[str]:
+        """A spot instance will be reclaimed (§4.5): start standbys at once, then re-plan.
+
+        Returns the standbys started. Notices for instances mark does not own, and
+        repeated notices, change nothing.
+        """
+        fleet = await self.fleet.list()
+        inst = next((i for i in fleet if i.instance_id == notice.instance_id), None)
+        if inst is None or notice.instance_id in self._doomed or notice.kind != "interruption":
+            return []
+        reclaim_at = notice.action_at if notice.action_at is not None else now + 120.0
+        self._doomed[inst.instance_id] = reclaim_at
+        key = (inst.instance_type, inst.market.value)
+        opt = next((o for o in self.options.get(inst.model, ()) if o.key == key), None)
+        lost = opt.capacity_rps if opt is not None else 0.0
+        cap = self.standby_capacity.get(inst.model, 0.0)
+        stopped = [
+            Standby(i.instance_id, cap)
+            for i in fleet
+            if i.model == inst.model
+            and i.role is InstanceRole.STANDBY
+            and i.state is InstanceState.STOPPED
+        ]
+        response = on_interruption_notice(key, lost, stopped, self._memory, now)
+        self._memory = response.memory
+        if response.start:
+            await self.fleet.start(list(response.start))
+            for iid in response.start:
+                await self.store.set_instance_state(iid, "pending", now, reason="standby started")
+        why = (
+            f"spot interruption of {inst.instance_id} ({inst.instance_type}) at t={reclaim_at:g}: "
+            f"{lost:.1f} r/s lost, {len(response.start)} standby(s) started, "
+            f"{response.uncovered_rps:.1f} r/s left to Lambda until replacements serve"
+        )
+        await self.store.record_decision(
+            Decision(
+                inst.model,
+                now,
+                "start-standby",
+                why,
+                instance_id=inst.instance_id,
+                count=len(response.start),
+            )
+        )
+        await self._bill_retired(inst.model, [inst.instance_id], [inst], reclaim_at)
+        await self.step(now)  # replacements now, avoiding the interrupted offering
+        return list(response.start)
+
+    async def _standbys(
+        self,
+        spec: ModelSpec,
+        now: float,
+        fleet: Sequence[InstanceInfo],
+        serving: Sequence[InstanceInfo],
+        by_key: Mapping[tuple[str, str], PlannerOption],
+        forecast: Sequence[float],
+    ) -> list[Decision]:
+        """Keep the stopped-standby pool sized to the spot capacity at risk; stop started
+        standbys once ready replacements cover the load."""
+        cap = self.standby_capacity.get(spec.name, 0.0)
+        types = self.settings.offerings.standby_types
+        if cap <= 0 or not types:
+            return []
+        out: list[Decision] = []
+        standbys = [i for i in fleet if i.model == spec.name and i.role is InstanceRole.STANDBY]
+        holdings: dict[tuple[str, str], int] = {}
+        for i in serving:
+            if i.market is Market.SPOT:
+                k = (i.instance_type, i.market.value)
+                holdings[k] = holdings.get(k, 0) + 1
+        spot = [
+            SpotHolding(k, n, by_key[k].capacity_rps) for k, n in holdings.items() if k in by_key
+        ]
+        want = standby_pool_size(spot, cap, self.standby_loss_fraction) if spot else 0
+        if len(standbys) < want:
+            got = await self.fleet.launch(
+                LaunchRequest(
+                    spec.name,
+                    types[0],
+                    Market.ON_DEMAND,
+                    want - len(standbys),
+                    InstanceRole.STANDBY,
+                )
+            )
+            await self._record_launched(got, now, "standby pool")
+            out.append(
+                Decision(
+                    spec.name,
+                    now,
+                    "launch-standby",
+                    f"pool of {want} covers the spot capacity at risk",
+                    types[0],
+                    "on-demand",
+                    len(got),
+                )
+            )
+        # Freshly launched standbys are stopped once they have booted (EC2 cannot launch
+        # straight into "stopped"); started ones are stopped once replacements serve.
+        ready = sum(
+            by_key[(i.instance_type, i.market.value)].capacity_rps
+            for i in serving
+            if i.state in (InstanceState.RUNNING, InstanceState.READY)
+            and now >= i.launched_at + self.boot_s  # booted and serving, not just "running"
+            and (i.instance_type, i.market.value) in by_key
+        )
+        need = max(0.0, (forecast[0] if forecast else 0.0) - ready)
+        active = [
+            Standby(i.instance_id, cap)
+            for i in standbys
+            if i.state in (InstanceState.RUNNING, InstanceState.READY)
+        ]
+        to_stop = standbys_to_stop(active, need) if active else ()
+        if to_stop:
+            await self.fleet.stop(list(to_stop))
+            for iid in to_stop:
+                await self.store.set_instance_state(iid, "stopped", now, reason="standby idle")
+            out.append(
+                Decision(
+                    spec.name,
+                    now,
+                    "stop-standby",
+                    f"replacements cover all but {need:.1f} r/s",
+                    count=len(to_stop),
+                )
+            )
+        return out
 
     def _price(self, instance_type: str, market: str) -> float:
         try:

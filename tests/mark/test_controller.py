@@ -192,3 +192,84 @@ async def test_the_configured_predictor_forecasts_from_the_stores_history(tmp_pa
         assert forecast[5] == pytest.approx(2.0) and forecast[12] == pytest.approx(10.0)
     finally:
         await store.close()
+
+
+async def test_spot_interruption_starts_standbys_and_replans_around_the_offering(
+    tmp_path: Path,
+) -> None:
+    from mark.ports import InstanceRole, InterruptionNotice, NoticeKind
+
+    settings = load_settings(
+        overrides={
+            "offerings": {
+                "types": ["c5.large", "c5.xlarge"],
+                "markets": ["on-demand", "spot"],
+                "standby_types": ["t3.large"],
+            }
+        }
+    )
+    spec = settings.models[0]
+    catalog = load_catalog()
+    lat = {
+        "c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080}),
+        "c5.xlarge": BatchLatency.from_mapping({1: 0.012, 8: 0.045}),
+    }
+    options = build_options(
+        spec, catalog, settings.offerings.types, settings.offerings.markets, lat, 90.0
+    )
+    clock = ManualClock(T0)
+    fleet = SimFleet(catalog, clock.now, boot_delay_s=lambda _t: 60.0)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        rate = 2.5 * max(o.capacity_rps for o in options)
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 - 3600 + 5 * k, 5.0, int(rate * 5)) for k in range(720)]
+        )
+        ctl = Controller(
+            settings,
+            fleet,
+            store,
+            {spec.name: options},
+            boot_s=60.0,
+            standby_capacity={spec.name: 40.0},
+        )
+        (res,) = await ctl.step(clock.now())
+        spot = [i for i in res.launched if i.market is Market.SPOT]
+        assert spot, "spot is cheapest: the planner buys it"
+        standbys = [i for i in await fleet.list() if i.role is InstanceRole.STANDBY]
+        assert standbys, "a standby pool covers the spot capacity at risk"
+
+        clock.advance(61)  # booted: standbys are stopped, the fleet serves
+        await ctl.step(clock.now())
+        states = {i.state for i in await fleet.list() if i.role is InstanceRole.STANDBY}
+        assert states == {InstanceState.STOPPED}
+
+        victim = spot[0]
+        notice = InterruptionNotice(
+            victim.instance_id, NoticeKind.INTERRUPTION, clock.now(), clock.now() + 120
+        )
+        started = await ctl.on_interruption(notice, clock.now())
+        assert started, "standbys start at once on the 2-minute notice"
+        assert await ctl.on_interruption(notice, clock.now()) == []  # a repeat changes nothing
+        after = await fleet.list()
+        assert {i.state for i in after if i.instance_id in started} == {InstanceState.PENDING}
+        replacements = [
+            i for i in after if i.role is InstanceRole.SERVING and i.launched_at == clock.now()
+        ]
+        assert replacements, "the re-plan replaces the lost capacity at once"
+        assert all(
+            (i.instance_type, i.market) != (victim.instance_type, Market.SPOT) for i in replacements
+        ), "the interrupted offering is avoided for a while"
+        actions = [d.action for d in await store.decisions(0, 1e12)]
+        assert "start-standby" in actions
+
+        await fleet.terminate([victim.instance_id])  # AWS reclaims it
+        clock.advance(121)  # replacements booted: the standbys stop again
+        await ctl.step(clock.now())
+        assert {i.state for i in await fleet.list() if i.instance_id in started} == {
+            InstanceState.STOPPED
+        }
+        billed = [e for e in await store.ledger() if e.instance_id == victim.instance_id]
+        assert len(billed) == 1 and billed[0].end == notice.action_at
+    finally:
+        await store.close()
