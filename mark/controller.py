@@ -151,6 +151,7 @@ class Controller:
     standby_loss_fraction: float = 0.25
     _memory: InterruptionMemory = field(default_factory=InterruptionMemory)
     _doomed: dict[str, float] = field(default_factory=dict)  # instance id -> reclaim time
+    _hold_standbys: dict[str, float] = field(default_factory=dict)  # model -> until when
     _series: dict[str, dict[float, float]] = field(default_factory=dict)
     _fetched: dict[str, float] = field(default_factory=dict)
 
@@ -349,10 +350,16 @@ class Controller:
         ]
         response = on_interruption_notice(key, lost, stopped, self._memory, now)
         self._memory = response.memory
+        # Standbys carry the lost capacity until the instance is gone and replacements,
+        # launched now, have booted; only then may the load decide to stop them.
+        self._hold_standbys[inst.model] = max(
+            self._hold_standbys.get(inst.model, 0.0), reclaim_at + self.boot_s
+        )
         if response.start:
             await self.fleet.start(list(response.start))
+            by_id = {i.instance_id: i for i in fleet}
             for iid in response.start:
-                await self.store.set_instance_state(iid, "pending", now, reason="standby started")
+                await self._set_state(by_id[iid], InstanceState.PENDING, now, "standby started")
         why = (
             f"spot interruption of {inst.instance_id} ({inst.instance_type}) at t={reclaim_at:g}: "
             f"{lost:.1f} r/s lost, {len(response.start)} standby(s) started, "
@@ -435,11 +442,13 @@ class Controller:
             for i in standbys
             if i.state in (InstanceState.RUNNING, InstanceState.READY)
         ]
-        to_stop = standbys_to_stop(active, need) if active else ()
+        held = now < self._hold_standbys.get(spec.name, -math.inf)
+        to_stop = standbys_to_stop(active, need) if active and not held else ()
         if to_stop:
             await self.fleet.stop(list(to_stop))
+            by_id = {i.instance_id: i for i in standbys}
             for iid in to_stop:
-                await self.store.set_instance_state(iid, "stopped", now, reason="standby idle")
+                await self._set_state(by_id[iid], InstanceState.STOPPED, now, "standby idle")
             out.append(
                 Decision(
                     spec.name,
@@ -459,21 +468,28 @@ class Controller:
 
     async def _record_launched(self, got: Sequence[InstanceInfo], now: float, why: str) -> None:
         for inst in got:
-            await self.store.upsert_instance(
-                InstanceRecord(
-                    inst.instance_id,
-                    inst.model,
-                    inst.instance_type,
-                    inst.market.value,
-                    inst.role.value,
-                    inst.state.value,
-                    self._price(inst.instance_type, inst.market.value),
-                    inst.launched_at,
-                    now,
-                    inst.address,
-                ),
-                reason=why,
-            )
+            await self._set_state(inst, inst.state, now, why)
+
+    async def _set_state(
+        self, inst: InstanceInfo, state: InstanceState, now: float, why: str
+    ) -> None:
+        """Record an instance's state (inserting it if the store has not seen it: an
+        instance adopted from the cloud, or launched by hand)."""
+        await self.store.upsert_instance(
+            InstanceRecord(
+                inst.instance_id,
+                inst.model,
+                inst.instance_type,
+                inst.market.value,
+                inst.role.value,
+                state.value,
+                self._price(inst.instance_type, inst.market.value),
+                inst.launched_at,
+                now,
+                inst.address,
+            ),
+            reason=why,
+        )
 
     async def _history(self, model: str, now: float) -> tuple[float, list[float]]:
         """Per-minute max rates of the last ``history_minutes`` whole minutes.
@@ -539,9 +555,7 @@ class Controller:
                     billed_seconds=charge.billed_seconds,
                 )
             )
-            await self.store.set_instance_state(
-                inst.instance_id, InstanceState.TERMINATED.value, now, reason="cool-down over"
-            )
+            await self._set_state(inst, InstanceState.TERMINATED, now, "retired")
         if entries:
             await self.store.add_charges(entries)
 

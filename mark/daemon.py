@@ -25,7 +25,7 @@ from aiohttp import web
 from bouncer.latency import BatchLatency
 from bouncer.runner import ModelRunner
 from mark.api.app import Served, build_app
-from mark.catalog import load_catalog
+from mark.catalog import Market, load_catalog
 from mark.clock import WallClock
 from mark.cloud.local.agents import AgentModel, default_slowdown
 from mark.cloud.local.world import LocalWorld
@@ -136,6 +136,16 @@ async def _slo(run: Running) -> None:
     await run.controller.check_slo(WallClock().now(), latencies)
 
 
+async def _handle_interruptions(run: Running) -> None:
+    """Spot notices from the fleet's stream go to the controller as they arrive."""
+    assert run.world.fleet is not None and run.controller is not None
+    async for notice in run.world.fleet.interruptions():
+        try:
+            await run.controller.on_interruption(notice, WallClock().now())
+        except Exception:
+            log.exception("handling the interruption of %s failed", notice.instance_id)
+
+
 async def start(settings: Settings) -> Running:
     if settings.world != "local":
         raise ConfigError(
@@ -195,9 +205,20 @@ async def start(settings: Settings) -> Running:
     if settings.local.control_loop and world.fleet is not None:
         slowdown = default_slowdown(catalog)
         options = {}
+        standby_capacity = {}
         for m in settings.models:
             measured = await asyncio.to_thread(measure_latency, sources[m.name], m)
-            latency = {t: measured.scaled(slowdown(t)) for t in settings.offerings.types}
+            types = [*settings.offerings.types, *settings.offerings.standby_types]
+            latency = {t: measured.scaled(slowdown(t)) for t in types}
+            standby = build_options(
+                m,
+                catalog,
+                settings.offerings.standby_types[:1],
+                [Market.ON_DEMAND],
+                latency,
+                boot_s=settings.local.boot_delay_s,
+            )
+            standby_capacity[m.name] = standby[0].capacity_rps if standby else 0.0
             options[m.name] = build_options(
                 m,
                 catalog,
@@ -213,9 +234,13 @@ async def start(settings: Settings) -> Running:
             options,
             boot_s=settings.local.boot_delay_s + 5.0,
             predictors={m.name: online_predictor(settings) for m in settings.models},
+            standby_capacity=standby_capacity,
         )
         run.tasks.append(asyncio.create_task(run.controller.run(clock)))
         run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))
+        run.tasks.append(asyncio.create_task(_handle_interruptions(run)))
+        if world.interruptions is not None:
+            run.tasks.append(asyncio.create_task(world.interruptions.run()))
     run.tasks.append(asyncio.create_task(_every(1.0, "agent sync", lambda: _sync_backends(run))))
     run.tasks.append(
         asyncio.create_task(

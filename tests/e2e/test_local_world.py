@@ -81,3 +81,95 @@ async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: 
     finally:
         await stop(run)
     assert _live_children(os.getpid()) == []  # no agent or Lambda runtime left behind
+
+
+@pytest.mark.slow
+async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost(
+    tmp_path: Path,
+) -> None:
+    import json
+    from datetime import UTC, datetime
+
+    from aiobotocore.session import get_session
+
+    from mark.ports import InstanceRole
+
+    settings = load_settings(
+        overrides={
+            "data_dir": str(tmp_path),
+            "api": {"port": 0},
+            "offerings": {
+                "types": ["c5.large"],
+                "markets": ["spot", "on-demand"],
+                "standby_types": ["t3.large"],
+            },
+            "local": {"boot_delay_s": 0, "lambda_concurrency": 2},
+        }
+    )
+    run = await start(settings)
+    try:
+        fleet = run.world.fleet
+        assert fleet is not None and run.controller is not None
+        (spot,) = await fleet.launch(LaunchRequest("digits", "c5.large", Market.SPOT))
+        (standby,) = await fleet.launch(
+            LaunchRequest("digits", "t3.large", Market.ON_DEMAND, 1, InstanceRole.STANDBY)
+        )
+        await fleet.stop([standby.instance_id])
+        dispatcher = run.models["digits"].dispatcher
+        assert dispatcher is not None
+        deadline = time.monotonic() + 90
+        while set(dispatcher.backends) != {spot.instance_id}:
+            assert time.monotonic() < deadline, "the spot instance's agent never came up"
+            await asyncio.sleep(0.5)
+
+        x, _ = load_digits_tensors()
+        images = x[:64].numpy()
+        expected = ModelRunner(run.world.models["digits"].source).run(images)
+        results: list[tuple[int, list[float]]] = []
+        stop_load = asyncio.Event()
+
+        async def load() -> None:
+            async with aiohttp.ClientSession() as session:
+                i = 0
+                while not stop_load.is_set():
+                    k = i % len(images)
+                    body = {"instances": [images[k].tolist()]}
+                    async with session.post(f"{run.url}/v1/models/digits:predict", json=body) as r:
+                        assert r.status == 200, await r.text()
+                        results.append((k, (await r.json())["predictions"][0]))
+                    i += 1
+                    await asyncio.sleep(0.02)
+
+        loader = asyncio.create_task(load())
+        await asyncio.sleep(1.0)
+        event = {
+            "version": "0",
+            "id": "e1",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2",
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": "us-east-1",
+            "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/{spot.instance_id}"],
+            "detail": {"instance-id": spot.instance_id, "instance-action": "terminate"},
+        }
+        async with get_session().create_client(
+            "sqs", region_name="us-east-1", endpoint_url=run.world.endpoint
+        ) as sqs:
+            url = (await sqs.get_queue_url(QueueName=run.world.queue_name))["QueueUrl"]
+            await sqs.send_message(QueueUrl=url, MessageBody=json.dumps(event))
+
+        deadline = time.monotonic() + 90
+        while standby.instance_id not in dispatcher.backends:  # started, agent up, serving
+            assert time.monotonic() < deadline, "the standby never started serving"
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(1.0)
+        stop_load.set()
+        await loader
+        decisions = [d.action for d in await run.store.decisions(0, 1e12)]
+        assert "start-standby" in decisions
+        assert results, "no request was sent"
+        for k, out in results:  # every request got the right answer
+            assert np.allclose(out, expected[k], atol=1e-4)
+    finally:
+        await stop(run)
+    assert _live_children(os.getpid()) == []

@@ -10,21 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from aiobotocore.session import get_session
+from botocore.exceptions import ClientError
 
 from mark.catalog import Catalog
 from mark.cloud.aws.fleet import AwsFleet, LaunchTemplateRef
+from mark.cloud.aws.interruptions import EVENT_PATTERN, SqsInterruptionSource
 from mark.cloud.local.agents import AgentModel, AgentSupervisor, default_slowdown
 from mark.cloud.local.lambda_runtime import LocalLambda
+from mark.errors import CloudError
+from mark.ports import InterruptionNotice, NoticeKind
 
 log = logging.getLogger("mark.local")
 
 TEMPLATE = "mark-agent"
+QUEUE = "mark-interruptions"
 _FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "mark-local",
     "AWS_SECRET_ACCESS_KEY": "mark-local",
@@ -40,15 +47,33 @@ def _start_moto() -> tuple[object, str]:
     return server, f"http://{host}:{port}"
 
 
+async def _create_interruption_queue(region: str, endpoint: str, name: str) -> str:
+    """The SQS queue and EventBridge rule the CloudFormation stack creates on AWS."""
+    session = get_session()
+    async with session.create_client("sqs", region_name=region, endpoint_url=endpoint) as sqs:
+        url = (await sqs.create_queue(QueueName=name))["QueueUrl"]
+        arn = (await sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"]))[
+            "Attributes"
+        ]["QueueArn"]
+    async with session.create_client("events", region_name=region, endpoint_url=endpoint) as ev:
+        await ev.put_rule(Name=name, EventPattern=json.dumps(EVENT_PATTERN))
+        await ev.put_targets(Rule=name, Targets=[{"Id": "queue", "Arn": arn}])
+    return str(url)
+
+
 async def _create_template(region: str, endpoint: str) -> None:
     async with get_session().create_client("ec2", region_name=region, endpoint_url=endpoint) as ec2:
         images = await ec2.describe_images(
             Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}]
         )
         ami = images["Images"][0]["ImageId"]
-        await ec2.create_launch_template(
-            LaunchTemplateName=TEMPLATE, LaunchTemplateData={"ImageId": ami}
-        )
+        try:
+            await ec2.create_launch_template(
+                LaunchTemplateName=TEMPLATE, LaunchTemplateData={"ImageId": ami}
+            )
+        except ClientError as exc:  # a second world in the same process shares moto's state
+            if "AlreadyExists" not in exc.response.get("Error", {}).get("Code", ""):
+                raise
 
 
 @dataclass
@@ -65,7 +90,10 @@ class LocalWorld:
     fleet: AwsFleet | None = None
     agents: AgentSupervisor | None = None
     serverless: LocalLambda | None = None
+    interruptions: SqsInterruptionSource | None = None
+    cluster: str = field(default_factory=lambda: f"local-{uuid.uuid4().hex[:8]}")
     _moto: object | None = None
+    _reclaims: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self) -> None:
         for key, value in _FAKE_CREDENTIALS.items():  # moto accepts any; never real ones
@@ -73,7 +101,10 @@ class LocalWorld:
         self._moto, self.endpoint = await asyncio.to_thread(_start_moto)
         await _create_template(self.region, self.endpoint)
         self.fleet = AwsFleet(
-            self.region, self.endpoint, cluster="local", launch_template=LaunchTemplateRef(TEMPLATE)
+            self.region,
+            self.endpoint,
+            cluster=self.cluster,
+            launch_template=LaunchTemplateRef(TEMPLATE),
         )
         await self.fleet.open()
         self.agents = AgentSupervisor(
@@ -90,9 +121,41 @@ class LocalWorld:
             memory_mb=self.lambda_memory_mb,
         )
         await self.serverless.start()
+        queue = await _create_interruption_queue(self.region, self.endpoint, self.queue_name)
+        self.interruptions = SqsInterruptionSource(
+            queue, self._notice, region=self.region, endpoint_url=self.endpoint, wait_seconds=1
+        )
+        await self.interruptions.open()
+
+    @property
+    def queue_name(self) -> str:
+        """The SQS queue spot notices arrive on (EventBridge rule of the same name)."""
+        return f"{QUEUE}-{self.cluster}"
+
+    def _notice(self, notice: InterruptionNotice) -> None:
+        """Hand the notice to the fleet's stream, and play AWS: reclaim at the deadline."""
+        assert self.fleet is not None
+        self.fleet.notify(notice)
+        if notice.kind is NoticeKind.INTERRUPTION:
+            task = asyncio.get_running_loop().create_task(self._reclaim(notice))
+            self._reclaims.add(task)
+            task.add_done_callback(self._reclaims.discard)
+
+    async def _reclaim(self, notice: InterruptionNotice) -> None:
+        delay = (notice.action_at or self.clock() + 120.0) - self.clock()
+        await asyncio.sleep(max(0.0, delay))
+        assert self.fleet is not None
+        try:
+            await self.fleet.terminate([notice.instance_id])
+        except CloudError as exc:  # not ours, or gone already
+            log.info("reclaim of %s skipped: %s", notice.instance_id, exc)
 
     async def close(self) -> None:
         """Stop every agent and Lambda runtime, then the fleet client and moto."""
+        for task in list(self._reclaims):
+            task.cancel()
+        if self.interruptions is not None:
+            await self.interruptions.close()
         if self.agents is not None:
             await self.agents.close()
         if self.serverless is not None:
