@@ -264,7 +264,12 @@ async def test_spot_interruption_starts_standbys_and_replans_around_the_offering
         assert "start-standby" in actions
 
         await fleet.terminate([victim.instance_id])  # AWS reclaims it
-        clock.advance(121)  # replacements booted: the standbys stop again
+        clock.advance(121)  # reclaimed, but the replacements are still booting: standbys stay
+        await ctl.step(clock.now())
+        assert {i.state for i in await fleet.list() if i.instance_id in started} == {
+            InstanceState.RUNNING
+        }
+        clock.advance(60)  # replacements booted: the standbys stop again
         await ctl.step(clock.now())
         assert {i.state for i in await fleet.list() if i.instance_id in started} == {
             InstanceState.STOPPED
