@@ -15,6 +15,7 @@ from mark.cli import (
     db_cmd,
     demo_cmd,
     predictor_cmd,
+    profile_cmd,
     status_cmd,
     up_cmd,
 )
@@ -61,6 +62,7 @@ app.command("catalog")(catalog_cmd.catalog)
 app.command("up")(up_cmd.up)
 app.command("status")(status_cmd.status)
 app.command("plan")(status_cmd.plan)
+app.command("profile")(profile_cmd.profile)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(demo_cmd.app, name="demo")

@@ -225,3 +225,24 @@ def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
     assert "i-0abc" in st.stdout and "98.00%" in st.stdout
     none = run("--set", f"database_url={url}", "plan", "--model", "nope")
     assert none.returncode == 2 and "unknown model 'nope'" in none.stderr
+
+
+def test_profile_times_real_inference_and_tunes_batching(tmp_path: Path) -> None:
+    out_file = tmp_path / "p.json"
+    out = run(
+        "profile",
+        "--runs",
+        "2",
+        "--batches",
+        "1,4",
+        "--out",
+        str(out_file),
+        env={"MARK_DATA_DIR": str(tmp_path)},
+    )
+    assert out.returncode == 0, out.stderr
+    prof = json.loads(out_file.read_text())
+    assert set(prof["batch_latency_s"]) == {"1", "4"}
+    assert all(t > 0 for t in prof["batch_latency_s"].values())
+    assert prof["n_batch"] in (1, 4) and "batching: N_batch" in out.stdout
+    bad = run("profile", "--batches", "one,two")
+    assert bad.returncode == 2 and "comma-separated integers" in bad.stderr
