@@ -25,16 +25,15 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from mark.catalog import Market
 from mark.clock import WallClock
+from mark.cloud.aws.client import OwnedClient
 from mark.cloud.aws.spot_prices import fetch_spot_quotes, median_newest_by_zone
 from mark.errors import CloudError, ConfigError, InsufficientCapacity, NotOwned, Throttled
 from mark.ports import (
@@ -163,13 +162,14 @@ def map_client_error(err: ClientError, operation: str) -> CloudError:
 UserData = str | Callable[[LaunchRequest], str] | None
 
 
-class AwsFleet:
+class AwsFleet(OwnedClient):
     """``Fleet`` on EC2. Use as ``async with AwsFleet(...) as fleet`` or ``open()``/``close()``.
 
     ``client`` lets a unit test hand in a stand-in client; normally the fleet
     creates (and closes) its own aiobotocore EC2 client.
     """
 
+    service = "ec2"
     page_size: int = 500  # DescribeInstances MaxResults (5..1000)
 
     def __init__(
@@ -198,33 +198,9 @@ class AwsFleet:
 
     # -- lifecycle ---------------------------------------------------------
 
-    async def open(self) -> None:
-        """Create the EC2 client (idempotent)."""
-        if self._client is not None:
-            return
-        config = AioConfig(retries={"mode": "standard", "total_max_attempts": 1})
-        self._client_cm = get_session().create_client(
-            "ec2", region_name=self.region, endpoint_url=self.endpoint_url, config=config
-        )
-        self._client = await self._client_cm.__aenter__()
-
-    async def close(self) -> None:
-        """Close the client if this fleet created it."""
-        if self._client_cm is not None:
-            cm, self._client_cm, self._client = self._client_cm, None, None
-            await cm.__aexit__(None, None, None)
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+    def _client_config(self) -> AioConfig:
+        # botocore's own retries are off: _call is the one retry layer.
+        return AioConfig(retries={"mode": "standard", "total_max_attempts": 1})
 
     # -- the Fleet port ----------------------------------------------------
 

@@ -21,13 +21,12 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
-from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from mark.clock import WallClock
+from mark.cloud.aws.client import OwnedClient
 from mark.cloud.aws.fleet import RetryPolicy, map_client_error
 from mark.errors import CloudError
 from mark.ports import Clock, InterruptionNotice, NoticeKind
@@ -100,7 +99,7 @@ def _cloud_error(err: Exception, operation: str) -> CloudError:
 Sink = Callable[[InterruptionNotice], None]
 
 
-class SqsInterruptionSource:
+class SqsInterruptionSource(OwnedClient):
     """Long-polls one SQS queue and feeds parsed notices to ``sink``.
 
     ``poll_once()`` is one receive/handle/delete round (what tests call);
@@ -108,6 +107,8 @@ class SqsInterruptionSource:
     dying, because a daemon that stops hearing interruptions loses instances
     silently.
     """
+
+    service = "sqs"
 
     def __init__(
         self,
@@ -130,32 +131,6 @@ class SqsInterruptionSource:
         self.retry = retry if retry is not None else RetryPolicy()
         self._client: Any = client
         self._client_cm: Any = None
-
-    async def open(self) -> None:
-        """Create the SQS client (idempotent)."""
-        if self._client is None:
-            self._client_cm = get_session().create_client(
-                "sqs", region_name=self.region, endpoint_url=self.endpoint_url
-            )
-            self._client = await self._client_cm.__aenter__()
-
-    async def close(self) -> None:
-        """Close the client if this source created it."""
-        if self._client_cm is not None:
-            cm, self._client_cm, self._client = self._client_cm, None, None
-            await cm.__aexit__(None, None, None)
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def poll_once(self) -> list[InterruptionNotice]:
         """Receive up to 10 messages, hand their notices to the sink, delete them."""
