@@ -30,7 +30,7 @@ from mark.clock import WallClock
 from mark.cloud.local.agents import AgentModel, default_slowdown
 from mark.cloud.local.world import LocalWorld
 from mark.config import ModelSpec, Settings
-from mark.controller import Controller, build_options, online_predictor
+from mark.controller import PROFILE_BATCHES, Controller, build_options, online_predictor
 from mark.demo import DEMO_SOURCE, ensure_demo_model
 from mark.dispatcher import Backend, Dispatcher
 from mark.errors import ConfigError
@@ -39,7 +39,6 @@ from mark.telemetry import Telemetry
 from provisioner.batching import tune_batching
 
 log = logging.getLogger("mark.daemon")
-PROFILE_BATCHES = (1, 2, 4, 8, 16)
 
 
 def resolve_source(spec: ModelSpec, data_dir: Path) -> str:

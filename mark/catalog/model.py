@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cache
@@ -217,7 +217,3 @@ def _load_shipped() -> Catalog:
 def load_catalog(data_dir: Path | None = None) -> Catalog:
     """The shipped us-east-1 catalog (cached), or one read from ``data_dir``."""
     return _load_shipped() if data_dir is None else _load(data_dir)
-
-
-def iter_type_names(catalog: Catalog) -> Iterator[str]:
-    return iter(catalog.types)
