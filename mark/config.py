@@ -221,6 +221,20 @@ class LocalSpec(_Strict):
     control_loop: bool = Field(default=True, description="run the planner every P_u")
     lambda_concurrency: int = Field(default=4, ge=1, le=64)
     lambda_memory_mb: int = Field(default=2048, ge=128, le=10240)
+    slowdown: dict[str, float] = Field(
+        default_factory=dict,
+        description="emulated speed per instance type: this machine's T_b times the factor "
+        "(default: 1 for accelerated types, 8 / vCPUs for CPU types)",
+    )
+
+    @field_validator("slowdown")
+    @classmethod
+    def _factors(cls, v: dict[str, float]) -> dict[str, float]:
+        _check_types(list(v), "instance type")
+        for t, f in v.items():
+            if f < 1:
+                raise ValueError(f"slowdown of {t} is {f}; allowed: 1 or more (never faster)")
+        return v
 
 
 class ApiSpec(_Strict):

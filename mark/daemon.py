@@ -167,6 +167,7 @@ async def start(settings: Settings) -> Running:
         lambda_env={"MARK_DATA_DIR": str(settings.data_dir)},
         lambda_concurrency=settings.local.lambda_concurrency,
         lambda_memory_mb=settings.local.lambda_memory_mb,
+        slowdown=settings.local.slowdown,
     )
     try:
         await world.start()
@@ -202,7 +203,7 @@ async def start(settings: Settings) -> Running:
     run = Running(settings, store, world, session, models, runner, f"http://{host}:{port}")
 
     if settings.local.control_loop and world.fleet is not None:
-        slowdown = default_slowdown(catalog)
+        slowdown = default_slowdown(catalog, settings.local.slowdown)
         options = {}
         standby_capacity = {}
         for m in settings.models:

@@ -39,7 +39,14 @@ async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: 
         overrides={
             "data_dir": str(tmp_path),
             "api": {"port": 0},
-            "local": {"control_loop": False, "boot_delay_s": 0, "lambda_concurrency": 2},
+            # c5.large emulated 300x slower than this machine: a few ms+ per batch, so a
+            # burst of 300 is well over what it can finish within RT_max (100 ms)
+            "local": {
+                "control_loop": False,
+                "boot_delay_s": 0,
+                "lambda_concurrency": 2,
+                "slowdown": {"c5.large": 300},
+            },
         }
     )
     run = await start(settings)

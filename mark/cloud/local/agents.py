@@ -50,8 +50,14 @@ class AgentProcess:
     latency: BatchLatency
 
 
-def default_slowdown(catalog: Catalog) -> Callable[[str], float]:
+def default_slowdown(
+    catalog: Catalog, overrides: Mapping[str, float] | None = None
+) -> Callable[[str], float]:
+    given = dict(overrides or {})
+
     def slowdown(instance_type: str) -> float:
+        if instance_type in given:
+            return given[instance_type]
         itype = catalog.types.get(instance_type)
         if itype is None or itype.accelerator is not Accelerator.CPU:
             return 1.0

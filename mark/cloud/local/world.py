@@ -86,6 +86,7 @@ class LocalWorld:
     lambda_env: Mapping[str, str] = field(default_factory=dict)
     lambda_concurrency: int = 4
     lambda_memory_mb: int = 2048
+    slowdown: Mapping[str, float] = field(default_factory=dict)
     endpoint: str = ""
     fleet: AwsFleet | None = None
     agents: AgentSupervisor | None = None
@@ -112,7 +113,7 @@ class LocalWorld:
             self.models,
             self.clock,
             boot_delay_s=lambda _t: self.boot_delay_s,
-            slowdown=default_slowdown(self.catalog),
+            slowdown=default_slowdown(self.catalog, self.slowdown),
         )
         self.serverless = LocalLambda(
             {name: m.source for name, m in self.models.items()},
