@@ -72,6 +72,22 @@ def max_rate_per_minute(
     return out
 
 
+def launch_token(
+    model: str, instance_type: str, market: str, role: InstanceRole, step: int, seen: int
+) -> str:
+    """The client token of one launch decision, the same whenever the decision is.
+
+    A decision is "in control step ``step``, with ``seen`` live instances of this
+    model, offering and role, launch more": a controller that crashes after
+    launching and re-runs the step before the cloud lists the new instances
+    makes the same decision with the same token, and the fleet returns the
+    first launch instead of buying again. A later launch in the same step sees
+    the earlier one's instances, so its token differs. The count is left out on
+    purpose: a re-run that wants a different number still must not buy twice.
+    """
+    return f"{model}/{instance_type}/{market}/{role.value}/step-{step}/seen-{seen}"
+
+
 def headroom_fallback(headroom: float = 1.2) -> Forecast:
     """FALLBACK forecaster, used until a trained predictor is configured:
     the highest per-minute rate of the history times ``headroom``, flat."""
@@ -184,14 +200,30 @@ class Controller:
                 f"only {action.service_level:.1%} of the last {mon.last_m} requests met "
                 f"RT_max {spec.slo.rt_max_ms:g} ms (SL_min {spec.slo.sl_min:.0%})"
             )
+            market = Market(action.market)
             try:
+                seen = _count(
+                    await self.fleet.list(),
+                    spec.name,
+                    action.instance_type,
+                    market,
+                    InstanceRole.BACKUP,
+                )
                 got = await self.fleet.launch(
                     LaunchRequest(
                         spec.name,
                         action.instance_type,
-                        Market(action.market),
+                        market,
                         action.count,
                         InstanceRole.BACKUP,
+                        launch_token(
+                            spec.name,
+                            action.instance_type,
+                            market.value,
+                            InstanceRole.BACKUP,
+                            self._step_index(now),
+                            seen,
+                        ),
                     )
                 )
             except CloudError as exc:
@@ -213,6 +245,49 @@ class Controller:
                 )
             )
         return launched
+
+    async def adopt(self, now: float) -> list[InstanceInfo]:
+        """Take over, after a (re)start, whatever the cloud's tags say this cluster owns.
+
+        Each owned instance is recorded in the store and counts as wanted now,
+        so the cool-down starts afresh rather than retiring a fleet the old
+        controller had just been using; the next step plans with them and
+        launches only what they do not cover. Instances the store still holds
+        as live that the cloud no longer lists are marked terminated. Nothing
+        is launched here.
+        """
+        fleet = await self.fleet.list()
+        for inst in fleet:
+            await self._set_state(inst, inst.state, now, "adopted after a restart")
+        listed = {i.instance_id for i in fleet}
+        live = [s.value for s in InstanceState if s is not InstanceState.TERMINATED]
+        for rec in await self.store.instances(states=live):
+            if rec.instance_id not in listed:
+                await self.store.set_instance_state(
+                    rec.instance_id,
+                    InstanceState.TERMINATED.value,
+                    now,
+                    reason="no longer in the cloud at restart",
+                )
+        for spec in self.settings.models:
+            mine = [i for i in fleet if i.model == spec.name]
+            wanted = dict(self._guards.get(spec.name, GuardState()).last_wanted)
+            wanted.update({i.instance_id: now for i in mine})
+            self._guards[spec.name] = GuardState(wanted)
+            if mine:
+                await self.store.record_decision(
+                    Decision(
+                        spec.name,
+                        now,
+                        "adopt",
+                        f"{len(mine)} instance(s) found by this cluster's tags at start",
+                        count=len(mine),
+                    )
+                )
+        return fleet
+
+    def _step_index(self, now: float) -> int:
+        return math.floor(now / self.settings.timings.update_period_s)
 
     async def step(self, now: float) -> list[StepResult]:
         fleet = [i for i in await self.fleet.list() if i.state in LIVE]
@@ -273,9 +348,15 @@ class Controller:
         launched: list[InstanceInfo] = []
         decisions: list[Decision] = []
         for (itype, market), count in decision.launch:
+            seen = _count(fleet, spec.name, itype, Market(market), InstanceRole.SERVING)
+            token = launch_token(
+                spec.name, itype, market, InstanceRole.SERVING, self._step_index(now), seen
+            )
             try:
                 got = await self.fleet.launch(
-                    LaunchRequest(spec.name, itype, Market(market), count, InstanceRole.SERVING)
+                    LaunchRequest(
+                        spec.name, itype, Market(market), count, InstanceRole.SERVING, token
+                    )
                 )
             except CloudError as exc:
                 decisions.append(
@@ -413,6 +494,14 @@ class Controller:
                     Market.ON_DEMAND,
                     want - len(standbys),
                     InstanceRole.STANDBY,
+                    launch_token(
+                        spec.name,
+                        types[0],
+                        Market.ON_DEMAND.value,
+                        InstanceRole.STANDBY,
+                        self._step_index(now),
+                        len(standbys),
+                    ),
                 )
             )
             await self._record_launched(got, now, "standby pool")
@@ -567,6 +656,22 @@ class Controller:
             except Exception:
                 log.exception("control-loop step failed")
             await clock.sleep(self.settings.timings.update_period_s)
+
+
+def _count(
+    fleet: Sequence[InstanceInfo],
+    model: str,
+    instance_type: str,
+    market: Market,
+    role: InstanceRole,
+) -> int:
+    """Live instances of one model, offering and role."""
+    return sum(
+        1
+        for i in fleet
+        if (i.model, i.instance_type, i.market, i.role) == (model, instance_type, market, role)
+        and i.state in LIVE
+    )
 
 
 def online_predictor(settings: Settings) -> OnlinePredictor:

@@ -236,6 +236,10 @@ async def start(settings: Settings) -> Running:
             predictors={m.name: online_predictor(settings) for m in settings.models},
             standby_capacity=standby_capacity,
         )
+        # A restarted daemon plans with the fleet it left behind, never buying it twice.
+        adopted = await run.controller.adopt(clock.now())
+        if adopted:
+            log.info("adopted %d instance(s) this cluster owns", len(adopted))
         run.tasks.append(asyncio.create_task(run.controller.run(clock)))
         run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))
         run.tasks.append(asyncio.create_task(_handle_interruptions(run)))

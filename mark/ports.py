@@ -49,6 +49,8 @@ class LaunchRequest:
     market: Market
     count: int = 1
     role: InstanceRole = InstanceRole.SERVING
+    client_token: str | None = None
+    """Same token, same launch: a fleet that honours it never buys a repeated request twice."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import hashlib
 import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -213,16 +214,18 @@ class AwsFleet(OwnedClient):
         ``InsufficientCapacity`` and the reconciler can fall back to the next
         offering, instead of silently getting fewer than it planned for.
 
-        ``client_token`` makes the call idempotent: a second launch with the same
-        token returns the first one's instances (in any state) instead of buying
-        more. It is sent as EC2's ``ClientToken`` and also written as a tag that
-        is looked up first, so the guarantee holds for a restarted controller
-        and wherever ``ClientToken`` is not honoured (moto ignores it). Without
-        one, a fresh token still makes this call's own throttle retries safe.
+        ``client_token`` (or ``request.client_token``) makes the call idempotent:
+        a second launch with the same token returns the first one's instances
+        (in any state) instead of buying more. It is sent as EC2's
+        ``ClientToken`` (scoped to this cluster, since EC2 scopes tokens to the
+        account) and also written as a tag that is looked up first, so the
+        guarantee holds for a restarted controller and wherever ``ClientToken``
+        is not honoured (moto ignores it). Without one, a fresh token still
+        makes this call's own throttle retries safe.
         """
         if request.count < 1:
             return []
-        token = client_token if client_token is not None else uuid.uuid4().hex
+        token = client_token or request.client_token or uuid.uuid4().hex
         async with self._token_lock(token):
             existing = await self._describe(self._filters({TAG_CLIENT_TOKEN: token}))
             if existing:
@@ -399,7 +402,7 @@ class AwsFleet(OwnedClient):
             "InstanceType": request.instance_type,
             "MinCount": request.count,
             "MaxCount": request.count,
-            "ClientToken": token,
+            "ClientToken": ec2_client_token(self.cluster, token),
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": tag_list},
                 {"ResourceType": "volume", "Tags": tag_list},
@@ -417,6 +420,12 @@ class AwsFleet(OwnedClient):
         if user_data is not None:
             params["UserData"] = user_data  # botocore base64-encodes it
         return params
+
+
+def ec2_client_token(cluster: str, token: str) -> str:
+    """EC2's ``ClientToken`` for a launch token: at most 64 ASCII characters, and
+    distinct per cluster, because EC2 deduplicates tokens across the whole account."""
+    return hashlib.sha256(f"{cluster}/{token}".encode()).hexdigest()[:64]
 
 
 async def adopt(fleet: Fleet) -> list[InstanceInfo]:

@@ -51,27 +51,6 @@ def ec2(aws_env: str) -> Any:
     return boto3.client("ec2", region_name=REGION, endpoint_url=aws_env)
 
 
-@pytest.fixture(scope="session")
-def ami(moto_endpoint: str) -> str:
-    """One of moto's stock AMIs (looked up once: moto renders all ~1,300 every call)."""
-    ec2 = boto3.client(
-        "ec2",
-        region_name=REGION,
-        endpoint_url=moto_endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    images = ec2.describe_images(
-        Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-*"]}]
-    )
-    return str(images["Images"][0]["ImageId"])
-
-
-@pytest.fixture
-def cluster() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
-
-
 @pytest.fixture
 async def fleet(aws_env: str, ami: str, cluster: str) -> AsyncIterator[AwsFleet]:
     spec = LaunchSpec(image_id=ami)

@@ -1,0 +1,144 @@
+"""A controller that restarts adopts the fleet it owns by tag and never buys it twice.
+
+The fleet is the real ``AwsFleet`` against the moto server, and the store a real
+SQLite file shared by the controller before and after the "crash".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bouncer.latency import BatchLatency
+from mark.catalog import Market, load_catalog
+from mark.cloud.aws.fleet import TAG_CLIENT_TOKEN, AwsFleet, LaunchSpec
+from mark.config import Settings, load_settings
+from mark.controller import Controller, build_options
+from mark.ports import InstanceInfo, InstanceRole, LaunchRequest
+from mark.state import ArrivalWindow, SqlStore, open_store
+from provisioner.greedy import PlannerOption
+
+REGION = "us-east-1"
+
+
+def _setup() -> tuple[Settings, list[PlannerOption]]:
+    settings = load_settings(
+        overrides={"offerings": {"types": ["c5.large"], "markets": ["on-demand"]}}
+    )
+    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+    options = build_options(
+        settings.models[0], load_catalog(), ["c5.large"], [Market.ON_DEMAND], lat, 90.0
+    )
+    return settings, options
+
+
+async def _store_with_load(tmp_path: Path, model: str, rate: float, now: float) -> SqlStore:
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    start = now - 3600
+    await store.add_arrivals(
+        [ArrivalWindow(model, start + 5 * k, 5.0, int(rate * 5)) for k in range(720)]
+    )
+    return store
+
+
+class LaggingFleet:
+    """EC2 lists a fresh launch only after a while (DescribeInstances is eventually
+    consistent); this wrapper plays that moment: it lists nothing, and launches for real."""
+
+    def __init__(self, fleet: AwsFleet) -> None:
+        self.fleet = fleet
+        self.launched: list[LaunchRequest] = []
+
+    async def list(self) -> list[InstanceInfo]:
+        return []
+
+    async def launch(self, request: LaunchRequest) -> list[InstanceInfo]:
+        self.launched.append(request)
+        return await self.fleet.launch(request)
+
+    async def terminate(self, instance_ids: Sequence[str]) -> None:
+        await self.fleet.terminate(instance_ids)
+
+
+async def test_a_restarted_controller_adopts_the_fleet_and_launches_nothing_twice(
+    aws_env: str, ami: str, cluster: str, tmp_path: Path
+) -> None:
+    settings, options = _setup()
+    model = settings.models[0].name
+    now = time.time()
+    store = await _store_with_load(tmp_path, model, 3 * options[0].capacity_rps, now)
+    try:
+        async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
+            first = Controller(settings, fleet, store, {model: options})
+            (res,) = await first.step(now)
+            assert len(res.launched) >= 3
+            bought = {i.instance_id for i in res.launched}
+            # Each launch carried its decision's token, written on the instances.
+            assert all(TAG_CLIENT_TOKEN in i.tags for i in res.launched)
+
+        # The controller crashes; a new one, with a new EC2 client, starts on the same store.
+        async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
+            second = Controller(settings, fleet, store, {model: options})
+            adopted = await second.adopt(now + 5)
+            assert {i.instance_id for i in adopted} == bought
+            recs = {r.instance_id: r for r in await store.instances(model=model)}
+            assert set(recs) == bought
+            assert any(d.action == "adopt" for d in await store.decisions(0, 1e12))
+
+            (again,) = await second.step(now + 5)  # the same control step, re-run
+            assert again.launched == [] and again.retired == []
+            assert {i.instance_id for i in await fleet.list()} == bought
+
+            # A minute later, with no load at all, the adopted fleet is not retired at
+            # once: it counts as wanted from adoption, so the cool-down starts afresh.
+            await store.close()
+            store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/empty.db", upgrade=True)
+            third = Controller(settings, fleet, store, {model: options})
+            await third.adopt(now + 60)
+            (idle,) = await third.step(now + 120)
+            assert idle.retired == [] and idle.held
+    finally:
+        await store.close()
+
+
+async def test_a_re_run_step_that_cannot_yet_see_its_launch_buys_nothing(
+    aws_env: str, ami: str, cluster: str, tmp_path: Path
+) -> None:
+    """The token is what protects the window in which the cloud does not list new instances."""
+    settings, options = _setup()
+    model = settings.models[0].name
+    now = time.time()
+    store = await _store_with_load(tmp_path, model, 3 * options[0].capacity_rps, now)
+    try:
+        async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
+            lagging = LaggingFleet(fleet)
+            ctl = Controller(settings, lagging, store, {model: options})  # type: ignore[arg-type]
+            (res,) = await ctl.step(now)
+            bought = {i.instance_id for i in res.launched}
+            assert bought
+
+        async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
+            lagging = LaggingFleet(fleet)
+            ctl = Controller(settings, lagging, store, {model: options})  # type: ignore[arg-type]
+            (res2,) = await ctl.step(now + 1)  # same step, same (empty) view, same decision
+            assert lagging.launched and all(r.client_token for r in lagging.launched)
+            assert {i.instance_id for i in res2.launched} == bought  # the first launch, returned
+            assert {i.instance_id for i in await fleet.list()} == bought  # nothing bought twice
+
+            # The next control step is a new decision: it may buy (the view still lags).
+            (res3,) = await ctl.step(now + settings.timings.update_period_s)
+            assert {i.instance_id for i in res3.launched}.isdisjoint(bought)
+    finally:
+        await store.close()
+
+
+async def test_backups_and_standbys_carry_tokens_too(aws_env: str, ami: str, cluster: str) -> None:
+    async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
+        req = LaunchRequest(
+            "digits", "t3.large", Market.ON_DEMAND, 1, InstanceRole.STANDBY, client_token="x/1"
+        )
+        a = await fleet.launch(req)
+        b = await fleet.launch(req)
+        assert [i.instance_id for i in a] == [i.instance_id for i in b]
+        assert a[0].tags[TAG_CLIENT_TOKEN] == "x/1"
