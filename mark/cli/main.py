@@ -16,6 +16,7 @@ from mark.cli import (
     demo_cmd,
     predictor_cmd,
     profile_cmd,
+    report_cmd,
     status_cmd,
     up_cmd,
 )
@@ -63,6 +64,7 @@ app.command("up")(up_cmd.up)
 app.command("status")(status_cmd.status)
 app.command("plan")(status_cmd.plan)
 app.command("profile")(profile_cmd.profile)
+app.command("report")(report_cmd.report)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(demo_cmd.app, name="demo")
