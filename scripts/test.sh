@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up the virtualenv (first run only) and run every check CI runs:
-# ruff (format + lint), mypy, and the whole pytest suite. Extra args go to pytest.
+# ruff (format + lint), mypy, cfn-lint, and the whole pytest suite. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +15,8 @@ fi
 .venv/bin/ruff format --check .
 .venv/bin/ruff check .
 .venv/bin/mypy
+# The CloudFormation templates: no error, and no warning unless the template says why.
+.venv/bin/cfn-lint infra/*.yaml
 
 set +e
 .venv/bin/pytest "$@"
