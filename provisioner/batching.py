@@ -8,7 +8,11 @@ the profiled sizes while both of the paper's constraints can hold:
     W_batch + T_b ≤ b / μ*_nb       (batching beats serving one by one)
 
 For each b the window is the largest one both allow,
-W_b = min(RT_max, b/μ*_nb) − T_b; a longer window lets batches fill at low load.
+W_b = min(RT_max − slack·T_b, b/μ*_nb) − T_b; a longer window lets batches fill
+at low load. The slack (one batch time by default, ``slack_batches``) is ours:
+with the window at RT_max − T_b, the first request of every batch at low load
+finishes exactly at its deadline, and a request that also waits for the batch
+ahead of it to finish misses; reserving one batch time keeps that case in.
 Batching must strictly beat no batching, so for b > 1 we need W_b > 0.
 
 The paper's two constraints alone keep growing b while T_b ≤ RT_max, so with a
@@ -19,7 +23,8 @@ collect the batch at the rate the instance then serves, W_b ≥ (b−1)/μ*_b, w
 μ*_b = b/T_b (the next batch is collected while the current one runs).
 
 The result is μ* = N_batch / T_N, the rate at which the planner treats the
-instance as a black box.
+instance as a black box. Of the sizes that pass, the chosen one is the smallest
+with the highest μ*: a larger batch at the same rate only makes requests wait.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ def tune_batching(
     mu_nb: float | None = None,
     *,
     require_fill: bool = True,
+    slack_batches: float = 1.0,
 ) -> BatchingConfig:
     """Grow b from 1 until a constraint fails; see the module docstring.
 
@@ -78,7 +84,7 @@ def tune_batching(
     steps: list[BatchStep] = []
     for b in sorted(curve):
         t_b = curve[b]
-        window = min(rt_max_s, b / mu_nb) - t_b
+        window = min(rt_max_s - (slack_batches * t_b if b > 1 else 0.0), b / mu_nb) - t_b
         step = BatchStep(
             batch=b,
             batch_time_s=t_b,
@@ -90,6 +96,8 @@ def tune_batching(
         steps.append(step)
         if not step.ok:
             break
-        if b > 1:
+        # A larger batch must raise throughput: at equal μ* it only adds waiting
+        # (a flat profile, e.g. one point measured at b = 8, extends linearly beyond it).
+        if b > 1 and b / t_b > best.mu_star * (1 + 1e-9):
             best = BatchingConfig(b, window, b / t_b, mu_nb, ())
     return BatchingConfig(best.n_batch, best.w_batch_s, best.mu_star, mu_nb, tuple(steps))

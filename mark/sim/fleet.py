@@ -27,11 +27,27 @@ SPOT_NOTICE_S = 120.0
 
 
 @dataclass
+class Run:
+    """One billed period of an instance: from launch or start to stop or terminate."""
+
+    instance_id: str
+    model: str
+    instance_type: str
+    market: str
+    role: str
+    start: float
+    end: float | None = None
+
+
+@dataclass
 class SimFleet:
     catalog: Catalog
     clock: Callable[[], float]
     boot_delay_s: Callable[[str], float] = lambda _t: 60.0
     capacity: dict[tuple[str, str], int] = field(default_factory=dict)  # limit per offering
+    start_delay_s: Callable[[str], float] | None = None  # stopped → serving; default boot/4
+    runs: list[Run] = field(default_factory=list)  # billed running periods, in start order
+    _open: dict[str, Run] = field(default_factory=dict)
     _instances: dict[str, InstanceInfo] = field(default_factory=dict)
     _ready_at: dict[str, float] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -71,6 +87,7 @@ class SimFleet:
             )
             self._instances[iid] = inst
             self._ready_at[iid] = now + self.boot_delay_s(request.instance_type)
+            self._begin(inst, now)
             out.append(inst)
         self._refresh()
         return [self._instances[i.instance_id] for i in out]
@@ -80,10 +97,47 @@ class SimFleet:
             if iid not in self._instances:
                 raise NotOwned(f"{iid} is not an instance of this fleet")
 
+    def _begin(self, inst: InstanceInfo, now: float) -> None:
+        run = Run(
+            inst.instance_id,
+            inst.model,
+            inst.instance_type,
+            inst.market.value,
+            inst.role.value,
+            now,
+        )
+        self.runs.append(run)
+        self._open[inst.instance_id] = run
+
+    def _end(self, iid: str, now: float) -> None:
+        run = self._open.pop(iid, None)
+        if run is not None:
+            run.end = now
+
     def _set(self, ids: Sequence[str], state: InstanceState) -> None:
         self._owned(ids)
+        now = self.clock()
         for iid in ids:
             self._instances[iid] = replace(self._instances[iid], state=state)
+            self._end(iid, now)
+
+    def ready_at(self, instance_id: str) -> float:
+        """When a launched or started instance begins serving."""
+        return self._ready_at[instance_id]
+
+    def next_ready_after(self, now: float) -> float | None:
+        """The next moment a pending instance becomes ready (None if none is pending)."""
+        times = [
+            self._ready_at[iid]
+            for iid, i in self._instances.items()
+            if i.state is InstanceState.PENDING and self._ready_at[iid] > now
+        ]
+        return min(times, default=None)
+
+    def close_runs(self, now: float) -> None:
+        """End every open run at ``now`` (the end of a simulation)."""
+        for iid in list(self._open):
+            self._end(iid, now)
 
     async def terminate(self, instance_ids: Sequence[str]) -> None:
         self._set(instance_ids, InstanceState.TERMINATED)
@@ -96,21 +150,34 @@ class SimFleet:
         now = self.clock()
         for iid in instance_ids:
             inst = self._instances[iid]
+            if inst.state is not InstanceState.STOPPED:
+                continue  # starting a running instance is a no-op on EC2 too
             self._instances[iid] = replace(inst, state=InstanceState.PENDING, launched_at=now)
-            self._ready_at[iid] = now + self.boot_delay_s(inst.instance_type) / 4
+            delay = (
+                self.start_delay_s(inst.instance_type)
+                if self.start_delay_s is not None
+                else self.boot_delay_s(inst.instance_type) / 4
+            )
+            self._ready_at[iid] = now + delay
+            self._begin(self._instances[iid], now)
         self._refresh()
 
     async def list(self) -> list[InstanceInfo]:
         self._refresh()
         return [i for i in self._instances.values() if i.state is not InstanceState.TERMINATED]
 
-    def interrupt(self, instance_id: str, kind: NoticeKind = NoticeKind.INTERRUPTION) -> None:
-        """Inject a spot interruption notice (reclaimed ``SPOT_NOTICE_S`` later)."""
+    def interrupt(
+        self, instance_id: str, kind: NoticeKind = NoticeKind.INTERRUPTION
+    ) -> InterruptionNotice:
+        """Inject a spot interruption notice (reclaimed ``SPOT_NOTICE_S`` later); it is
+        delivered through ``interruptions()`` and returned."""
         self._owned([instance_id])
         if self._instances[instance_id].market is not Market.SPOT:
             raise ValueError(f"{instance_id} is not a spot instance")
         now = self.clock()
-        self._notices.put_nowait(InterruptionNotice(instance_id, kind, now, now + SPOT_NOTICE_S))
+        notice = InterruptionNotice(instance_id, kind, now, now + SPOT_NOTICE_S)
+        self._notices.put_nowait(notice)
+        return notice
 
     async def interruptions(self) -> AsyncIterator[InterruptionNotice]:
         while True:

@@ -1,0 +1,109 @@
+"""The policies a simulation compares, each a named set of switches.
+
+``mark`` and ``mark-spot`` are the full system (the daemon's controller,
+planner, Bouncer, Lambda spill, SLO monitor; spot with burstable standbys).
+The ablations take one part away from ``mark-spot``; ``mark`` itself is the
+"no spot" ablation. ``reactive`` has no forecast (it plans for the load just
+seen) and no Lambda, only the SLO monitor to catch up. ``sagemaker`` is AWS
+target tracking on one instance type with the paper's 2× over-provisioning;
+``optimal`` is the clairvoyant MILP schedule on the true future load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mark.errors import ConfigError
+
+Kind = Literal["mark", "sagemaker", "optimal"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    kind: Kind
+    markets: tuple[str, ...] = ("on-demand",)
+    spill: bool = True  # Bouncer admission with Lambda spill
+    batching: bool = True
+    prediction: bool = True
+    slo_monitor: bool = True
+    standbys: bool = False
+    description: str = ""
+
+
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("mark", "mark", description="MArk, on-demand instances only"),
+        Policy(
+            "mark-spot",
+            "mark",
+            markets=("on-demand", "spot"),
+            standbys=True,
+            description="MArk with spot instances and burstable standbys",
+        ),
+        Policy(
+            "sagemaker",
+            "sagemaker",
+            spill=False,
+            slo_monitor=False,
+            description="target tracking, one type, 2× over-provisioned (the paper's baseline)",
+        ),
+        Policy(
+            "reactive",
+            "mark",
+            spill=False,
+            prediction=False,
+            description="plans for the load just seen; SLO monitor, no Lambda",
+        ),
+        Policy(
+            "no-lambda",
+            "mark",
+            markets=("on-demand", "spot"),
+            standbys=True,
+            spill=False,
+            description="mark-spot without the Bouncer's Lambda spill",
+        ),
+        Policy(
+            "no-batching",
+            "mark",
+            markets=("on-demand", "spot"),
+            standbys=True,
+            batching=False,
+            description="mark-spot with N_batch = 1 everywhere",
+        ),
+        Policy(
+            "no-prediction",
+            "mark",
+            markets=("on-demand", "spot"),
+            standbys=True,
+            prediction=False,
+            description="mark-spot planning for the load just seen",
+        ),
+        Policy(
+            "optimal",
+            "optimal",
+            description="clairvoyant MILP on the true load, on-demand (a lower bound for mark)",
+        ),
+        Policy(
+            "optimal-spot",
+            "optimal",
+            markets=("on-demand", "spot"),
+            description="clairvoyant MILP on the true load, with spot",
+        ),
+    )
+}
+
+
+def parse_policies(text: str) -> list[Policy]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("no policy given")
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise ConfigError(
+            f"unknown polic{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; "
+            f"known: {', '.join(POLICIES)}"
+        )
+    return [POLICIES[n] for n in dict.fromkeys(names)]

@@ -1,0 +1,147 @@
+"""What a simulated policy cost and how it served: the figures a comparison prints.
+
+Costs are split the way a bill is (EC2 on-demand, spot, standby, Lambda);
+service is the fraction of requests answered within RT_max (failed requests
+count as misses), latency percentiles over every request, and how many
+went to Lambda. The CCDF is kept as a few hundred points so the plot and the
+JSON stay small however many requests were simulated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+CCDF_POINTS = 400
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    policy: str
+    model: str
+    workload: str
+    hours: float
+    rt_max_ms: float
+    requests: int
+    within_slo: float  # fraction of requests answered within RT_max
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    spilled: int
+    failed: int
+    costs: Mapping[str, float]  # on-demand, spot, standby, lambda
+    instance_hours: Mapping[str, float]
+    timeline: Sequence[tuple[float, int, float, int]] = field(repr=False)
+    load: Sequence[float] = field(repr=False)  # per-minute peak rate from load_t0
+    load_t0: float = 0.0
+    ccdf: Sequence[tuple[float, float]] = field(default=(), repr=False)  # (ms, P[L > ms])
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_cost(self) -> float:
+        return float(sum(self.costs.values()))
+
+    @property
+    def ec2_cost(self) -> float:
+        return float(sum(v for k, v in self.costs.items() if k != "lambda"))
+
+    def row(self) -> dict[str, Any]:
+        """The flat figures (no series), for tables, CSV and JSON."""
+        return {
+            "policy": self.policy,
+            "model": self.model,
+            "workload": self.workload,
+            "hours": round(self.hours, 3),
+            "requests": self.requests,
+            "cost_total": round(self.total_cost, 4),
+            "cost_on_demand": round(self.costs.get("on-demand", 0.0), 4),
+            "cost_spot": round(self.costs.get("spot", 0.0), 4),
+            "cost_standby": round(self.costs.get("standby", 0.0), 4),
+            "cost_lambda": round(self.costs.get("lambda", 0.0), 4),
+            "within_slo": round(self.within_slo, 5),
+            "p50_ms": round(self.p50_ms, 1),
+            "p95_ms": round(self.p95_ms, 1),
+            "p99_ms": round(self.p99_ms, 1),
+            "spilled": self.spilled,
+            "failed": self.failed,
+            "instance_hours": {k: round(v, 3) for k, v in sorted(self.instance_hours.items())},
+            **{k: v for k, v in self.extra.items()},
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.row()
+        d["ccdf"] = [list(p) for p in self.ccdf]
+        d["timeline"] = [list(r) for r in self.timeline]
+        return d
+
+
+def _ccdf(lat_ms: NDArray[np.float64]) -> list[tuple[float, float]]:
+    finite = np.sort(lat_ms[np.isfinite(lat_ms)])
+    n_all = lat_ms.shape[0]
+    if n_all == 0 or finite.shape[0] == 0:
+        return []
+    qs = 1.0 - np.logspace(0, -6, CCDF_POINTS)  # dense in the tail
+    qs = np.clip(qs, 0.0, 1.0)
+    pts = []
+    for q in np.unique(qs):
+        v = float(np.quantile(finite, q))
+        frac = float(np.count_nonzero(lat_ms > v)) / n_all
+        pts.append((round(v, 3), frac))
+    return pts
+
+
+def summarise(
+    *,
+    policy: str,
+    model: str,
+    workload: str,
+    hours: float,
+    rt_max_s: float,
+    latencies: NDArray[np.float64],
+    spilled: int,
+    failed: int,
+    costs: Mapping[str, float],
+    instance_hours: Mapping[str, float],
+    timeline: Sequence[tuple[float, int, float, int]],
+    load: Sequence[float],
+    load_t0: float,
+    extra: Mapping[str, Any],
+) -> PolicyResult:
+    lat = np.where(np.isnan(latencies), math.inf, latencies)  # never served = missed
+    n = int(lat.shape[0])
+    ms = lat * 1000.0
+    within = float(np.count_nonzero(lat <= rt_max_s + 1e-9)) / n if n else 1.0
+
+    def pct(q: float) -> float:
+        return float(np.quantile(ms, q, method="higher")) if n else 0.0
+
+    return PolicyResult(
+        policy=policy,
+        model=model,
+        workload=workload,
+        hours=hours,
+        rt_max_ms=rt_max_s * 1000.0,
+        requests=n,
+        within_slo=within,
+        p50_ms=pct(0.5),
+        p95_ms=pct(0.95),
+        p99_ms=pct(0.99),
+        spilled=spilled,
+        failed=failed,
+        costs=dict(costs),
+        instance_hours=dict(instance_hours),
+        timeline=list(timeline),
+        load=list(load),
+        load_t0=load_t0,
+        ccdf=_ccdf(ms),
+        extra=dict(extra),
+    )
+
+
+def as_dict(r: PolicyResult) -> dict[str, Any]:
+    return asdict(r)
