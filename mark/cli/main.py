@@ -14,6 +14,7 @@ from mark.cli import (
     config_cmd,
     db_cmd,
     demo_cmd,
+    deploy_cmd,
     predictor_cmd,
     profile_cmd,
     report_cmd,
@@ -68,6 +69,7 @@ app.command("report")(report_cmd.report)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(demo_cmd.app, name="demo")
+app.add_typer(deploy_cmd.app, name="deploy")
 app.add_typer(predictor_cmd.app, name="predictor")
 
 
