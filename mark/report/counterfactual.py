@@ -3,9 +3,9 @@ target tracking with 2× over-provisioning on one instance type.
 
 Pure: the store's arrival windows in, a priced replay of
 ``provisioner.target_tracking`` out. The load is the requests the daemon
-recorded per minute over the period it was serving (from its first recorded
-arrival window to the end of its last: the daemon records every window, empty
-ones too, while it runs). Instances are priced at the EC2 on-demand price of
+recorded per minute, from the start of the first sample window with arrivals
+to the end of the last (telemetry stores only windows that saw requests; a
+minute in between with none counts as zero). Instances are priced at the EC2 on-demand price of
 the type, per second with the 60 s minimum; SageMaker's ml.* instances cost
 more than the EC2 type they run on, so this understates what MArk saves.
 Latency is not modelled: the baseline is SLO-oblivious and simply serves late.
