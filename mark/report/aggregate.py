@@ -98,14 +98,15 @@ def collect_charges(
     by_id = {i.instance_id: i for i in instances}
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     out: list[Charge] = []
+    lo = -float("inf") if since is None else since
     for e in ledger:
         if e.kind == "ec2" and e.instance_id is not None:
             spans[e.instance_id].append((e.start, e.end))
             inst = by_id.get(e.instance_id)
             if inst is not None and inst.role == STANDBY:
                 e = replace(e, component=STANDBY)
-        out.append(Charge(e))
-    lo = -float("inf") if since is None else since
+        if lo <= e.start < until:
+            out.append(Charge(e))
     for inst in instances:
         for run in instance_runs(inst, events.get(inst.instance_id, ())):
             if not lo <= run.start < until:

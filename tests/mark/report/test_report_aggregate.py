@@ -134,9 +134,9 @@ def test_rows_and_totals_equal_the_hand_sums() -> None:
 
 
 def test_the_period_keeps_runs_that_start_in_it() -> None:
-    # [T0+100, T0+600): i-b's restart (T0+500) and i-c (T0+200); the ledger (filtered
-    # by the store on start) would hold nothing of this period.
-    charges = collect_charges([], INSTANCES, EVENTS, since=T0 + 100, until=T0 + 600)
+    # [T0+100, T0+600): i-b's restart (T0+500) and i-c (T0+200); no ledger entry
+    # starts in it (i-a and i-d start before, Lambda at T0+50).
+    charges = collect_charges(LEDGER, INSTANCES, EVENTS, since=T0 + 100, until=T0 + 600)
     assert sorted((c.entry.instance_id, c.entry.start) for c in charges) == [
         ("i-b", T0 + 500),
         ("i-c", T0 + 200),
