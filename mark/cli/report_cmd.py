@@ -97,18 +97,21 @@ def report(
         None, help="start (UTC): ISO date 2024-05-01 or datetime 2024-05-01T13:30[Z|+hh:mm]"
     ),
     until: str | None = typer.Option(
-        None, help="end, exclusive (UTC); a date means the end of that day [default: now]"
+        None, help="end, exclusive (UTC); a date means the end of that day (default: now)"
     ),
-    model: str | None = typer.Option(None, help="one model [default: every model]"),
+    model: str | None = typer.Option(None, help="one model (default: every model)"),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table, json or csv"),
     plot_path: Path | None = typer.Option(
         None, "--plot", dir_okay=False, help="write a PNG of cost over time by component"
     ),
     baseline_type: str | None = typer.Option(
-        None, help="instance type of the SageMaker-style baseline [default: first offering type]"
+        None,
+        help="instance type of the SageMaker-style baseline (default: the first offering type)",
     ),
     baseline_rps: float | None = typer.Option(
-        None, min=0.001, help="requests/s one baseline instance sustains [default: as planned]"
+        None,
+        min=0.001,
+        help="requests/s one baseline instance sustains (default: as the controller plans)",
     ),
     over_provision: float = typer.Option(2.0, min=1.0, help="the baseline's over-provisioning"),
     no_baseline: bool = typer.Option(False, "--no-baseline", help="skip the counterfactual"),
