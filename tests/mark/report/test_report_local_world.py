@@ -76,7 +76,6 @@ async def test_report_totals_equal_a_hand_computation_over_a_local_world_run(
             "local": {"boot_delay_s": 0, "lambda_concurrency": 1},
         }
     )
-    began = time.time()
     run = await start(settings)
     sent = 12
     try:
@@ -153,4 +152,3 @@ async def test_report_totals_equal_a_hand_computation_over_a_local_world_run(
     assert "counterfactual digits" in table.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     sys.stderr.write(table.stdout)  # shown with -s: the sample output
-    assert time.time() - began < 60
