@@ -290,12 +290,14 @@ class Controller:
         return math.floor(now / self.settings.timings.update_period_s)
 
     async def step(self, now: float) -> list[StepResult]:
-        fleet = [i for i in await self.fleet.list() if i.state in LIVE]
-        return [await self._step_model(m, now, fleet) for m in self.settings.models]
+        everything = await self.fleet.list()
+        return [await self._step_model(m, now, everything) for m in self.settings.models]
 
     async def _step_model(
-        self, spec: ModelSpec, now: float, fleet: Sequence[InstanceInfo]
+        self, spec: ModelSpec, now: float, everything: Sequence[InstanceInfo]
     ) -> StepResult:
+        # Stopped standbys are not live, but they are the pool: count them there.
+        fleet = [i for i in everything if i.state in LIVE]
         t = self.settings.timings
         step_s = t.update_period_s
         forecast = await self._forecast(spec.name, now, t.window_steps)
@@ -380,7 +382,7 @@ class Controller:
             except CloudError as exc:
                 decisions.append(Decision(spec.name, now, "retire-failed", str(exc)))
         serving = [*mine, *launched]
-        decisions += await self._standbys(spec, now, fleet, serving, by_key, forecast)
+        decisions += await self._standbys(spec, now, everything, serving, by_key, forecast)
         plan_id = await self.store.record_plan(
             PlanRecord(
                 model=spec.name,
@@ -476,7 +478,13 @@ class Controller:
         if cap <= 0 or not types:
             return []
         out: list[Decision] = []
-        standbys = [i for i in fleet if i.model == spec.name and i.role is InstanceRole.STANDBY]
+        standbys = [
+            i
+            for i in fleet
+            if i.model == spec.name
+            and i.role is InstanceRole.STANDBY
+            and i.state is not InstanceState.TERMINATED
+        ]
         holdings: dict[tuple[str, str], int] = {}
         for i in serving:
             if i.market is Market.SPOT:

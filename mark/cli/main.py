@@ -18,6 +18,7 @@ from mark.cli import (
     predictor_cmd,
     profile_cmd,
     report_cmd,
+    simulate_cmd,
     status_cmd,
     up_cmd,
 )
@@ -66,6 +67,7 @@ app.command("status")(status_cmd.status)
 app.command("plan")(status_cmd.plan)
 app.command("profile")(profile_cmd.profile)
 app.command("report")(report_cmd.report)
+app.command("simulate")(simulate_cmd.simulate)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(demo_cmd.app, name="demo")

@@ -9,6 +9,7 @@ so a second comparison on the same trace starts at once.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -70,5 +71,8 @@ async def compare(
         sim = Simulation(
             workload, model, p, cfg, arrivals=arrivals, forecaster=forecaster, progress=progress
         )
-        out.append(await sim.run())
+        t = time.perf_counter()
+        result = await sim.run()
+        result.extra["wall_s"] = round(time.perf_counter() - t, 2)  # type: ignore[index]
+        out.append(result)
     return out

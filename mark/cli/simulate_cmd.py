@@ -1,0 +1,287 @@
+"""`mark simulate`: compare policies on a trace, request by request, with the real decision code."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mark.cli.context import console, err_console, run_async, state
+from mark.errors import ConfigError
+from mark.sim.compare import compare, train_forecaster
+from mark.sim.models import PAPER_MODELS, paper_model
+from mark.sim.policies import POLICIES, parse_policies
+from mark.sim.results import PolicyResult
+from mark.sim.run import SimConfig
+from mark.sim.workloads import Workload, mmpp_workload, surge_workload, trace_workload
+
+DEFAULT_START_DAY = {"twitter": 10.0, "nab": 30.0}
+
+
+def parse_interruptions(specs: list[str]) -> tuple[tuple[float, float], ...]:
+    """``SECONDS:FRACTION`` items: at that many seconds into the window, that share of
+    the running spot fleet gets a 2-minute interruption notice."""
+    out = []
+    for spec in specs:
+        try:
+            at, frac = (float(x) for x in spec.split(":"))
+        except ValueError:
+            raise ConfigError(
+                f"--interrupt {spec!r}: expected SECONDS:FRACTION, e.g. 1800:0.4"
+            ) from None
+        if at < 0 or not 0 < frac <= 1:
+            raise ConfigError(f"--interrupt {spec!r}: need SECONDS >= 0 and 0 < FRACTION <= 1")
+        out.append((at, frac))
+    return tuple(out)
+
+
+def build_workload(
+    trace: str,
+    *,
+    hours: float,
+    start_day: float | None,
+    rate_scale: float,
+    time_scale: float,
+    mean_rps: float | None,
+    surge: float,
+    base_rps: float,
+    seed: int,
+) -> Workload:
+    if hours <= 0:
+        raise ConfigError("--hours must be > 0")
+    if trace == "mmpp":
+        return mmpp_workload(hours=hours, rate_scale=rate_scale, seed=seed)
+    if trace == "surge":
+        return surge_workload(base_rps=base_rps * rate_scale, surge=surge, hours=hours)
+    day = start_day if start_day is not None else DEFAULT_START_DAY.get(trace, 1.0)
+    return trace_workload(
+        trace,
+        hours=hours,
+        start_day=day,
+        rate_scale=rate_scale,
+        time_scale=time_scale,
+        mean_rps=mean_rps,
+    )
+
+
+def _table(results: list[PolicyResult], title: str) -> Table:
+    t = Table(title=title)
+    for col in (
+        "policy",
+        "total $",
+        "on-demand $",
+        "spot $",
+        "standby $",
+        "lambda $",
+        "within RT_max",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "spilled",
+        "failed",
+        "instance-hours",
+    ):
+        t.add_column(col, justify="left" if col in ("policy", "instance-hours") else "right")
+    for r in results:
+        c = r.costs
+        t.add_row(
+            r.policy,
+            f"{r.total_cost:.2f}",
+            f"{c.get('on-demand', 0):.2f}",
+            f"{c.get('spot', 0):.2f}",
+            f"{c.get('standby', 0):.2f}",
+            f"{c.get('lambda', 0):.2f}",
+            f"{r.within_slo:.2%}",
+            f"{r.p50_ms:.0f}",
+            f"{r.p95_ms:.0f}",
+            f"{r.p99_ms:.0f}",
+            str(r.spilled),
+            str(r.failed),
+            ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.instance_hours.items())),
+        )
+    return t
+
+
+def _csv(results: list[PolicyResult]) -> str:
+    rows = []
+    for r in results:
+        row = r.row()
+        row["instance_hours"] = ";".join(f"{k}={v}" for k, v in row["instance_hours"].items())
+        rows.append(row)
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def simulate(
+    ctx: typer.Context,
+    trace: str = typer.Option(
+        "twitter",
+        "--trace",
+        "-t",
+        help="twitter | nab (the shipped traces), mmpp (bursty generator), surge (the paper's "
+        "surge microbenchmark), or a CSV path ('second,requests' or NAB 'timestamp,value')",
+    ),
+    hours: float = typer.Option(24.0, help="simulated hours (after the warm-up)"),
+    start_day: float | None = typer.Option(
+        None, help="day of the trace the window starts (before it: history). Default 10 (twitter)"
+    ),
+    model: str = typer.Option(
+        "inception-v3", "--model", "-m", help=f"profiled model: {', '.join(PAPER_MODELS)}"
+    ),
+    policies: str = typer.Option(
+        "mark,mark-spot,sagemaker,optimal",
+        "--policies",
+        "-p",
+        help=f"comma-separated; known: {', '.join(POLICIES)}",
+    ),
+    predictor: str = typer.Option(
+        "lstm", help="forecaster trained on the history before the window (cached)"
+    ),
+    rate_scale: float = typer.Option(1.0, help="multiply the trace's request rate"),
+    time_scale: float = typer.Option(1.0, help=">1 plays the trace faster (trace s per sim s)"),
+    mean_rps: float | None = typer.Option(None, help="rescale so the window's mean rate is this"),
+    surge: float = typer.Option(0.5, help="--trace surge: the rise, 0.5 = +50 % within 2 min"),
+    base_rps: float = typer.Option(100.0, help="--trace surge: the steady rate before the rise"),
+    interrupt: list[str] = typer.Option(
+        [], help="SECONDS:FRACTION into the window, that share of the spot fleet is interrupted"
+    ),
+    interrupt_rate: float = typer.Option(0.0, help="spot interruptions per instance-hour"),
+    sagemaker_type: str | None = typer.Option(
+        None, help="the sagemaker baseline's instance type (default: cheapest per request)"
+    ),
+    boot_s: float = typer.Option(120.0, help="EC2 launch to serving, seconds"),
+    warmup_s: float = typer.Option(900.0, help="simulated before the window, not counted"),
+    seed: int = typer.Option(0, help="seed of the arrivals and interruptions"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv"),
+    out: Path | None = typer.Option(
+        None, help="directory for results.json, results.csv and the plots (PNG)"
+    ),
+) -> None:
+    """Simulate serving a trace under several policies and compare cost and SLO attainment.
+
+    Every policy sees the same seeded arrivals. mark's policies run the daemon's own
+    controller, planner, Bouncer and SLO monitor on virtual time against a simulated
+    EC2 and Lambda (EC2 billed per second with a 60 s minimum; Lambda per ms and GB).
+    Latencies come from the paper's published profiles (see mark/sim/models.py).
+    """
+    if fmt not in ("table", "json", "csv"):
+        raise ConfigError(f"--format {fmt!r}: use table, json or csv")
+    chosen = parse_policies(policies)
+    sim_model = paper_model(model)
+    if sagemaker_type is not None and sagemaker_type not in sim_model.latency:
+        raise ConfigError(
+            f"--sagemaker-type {sagemaker_type!r}: {model} was profiled on "
+            f"{', '.join(sorted(sim_model.latency))}"
+        )
+    cfg = SimConfig(
+        boot_s=boot_s,
+        warmup_s=warmup_s,
+        seed=seed,
+        sagemaker_type=sagemaker_type,
+        interrupt_rate_per_hour=interrupt_rate,
+        interruptions=parse_interruptions(interrupt),
+    )
+    workload = build_workload(
+        trace,
+        hours=hours,
+        start_day=start_day,
+        rate_scale=rate_scale,
+        time_scale=time_scale,
+        mean_rps=mean_rps,
+        surge=surge,
+        base_rps=base_rps,
+        seed=seed,
+    )
+    if workload.start < warmup_s + 3600:
+        raise ConfigError("need at least an hour of history before the warm-up: use a later day")
+    needs_forecast = any(p.kind == "mark" and p.prediction for p in chosen)
+    forecaster = None
+    if needs_forecast:
+        cache = state(ctx).settings().data_dir / "sim-cache"
+        err_console.print(f"training {predictor} on the history before the window…")
+        t = time.perf_counter()
+        from predictor.base import ForecasterError
+
+        try:
+            forecaster = train_forecaster(predictor, workload, warmup_s, cache)
+        except ForecasterError as exc:
+            raise ConfigError(str(exc)) from exc
+        err_console.print(f"  ready in {time.perf_counter() - t:.1f} s")
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=not sys.stderr.isatty(),
+    ) as bar:
+        tasks = {p.name: bar.add_task(p.name, total=1.0) for p in chosen}
+
+        def on_progress(name: str, frac: float) -> None:
+            bar.update(tasks[name], completed=frac)
+
+        results = run_async(
+            compare(
+                workload, sim_model, chosen, cfg, forecaster=forecaster, on_progress=on_progress
+            )
+        )
+    title = (
+        f"{model} on {workload.name}, {hours:g} h, {results[0].requests:,} requests "
+        f"(RT_max {sim_model.rt_max_s * 1000:g} ms, SL_min {sim_model.sl_min:.0%})"
+    )
+    doc: dict[str, Any] = {
+        "model": model,
+        "trace": workload.name,
+        "hours": hours,
+        "rt_max_ms": sim_model.rt_max_s * 1000,
+        "sl_min": sim_model.sl_min,
+        "predictor": predictor if needs_forecast else None,
+        "seed": seed,
+        "results": [r.row() for r in results],
+        "simulation_seconds": {r.policy: r.extra.get("wall_s") for r in results},
+        "notes": list(sim_model.notes),
+    }
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        full = dict(doc, results=[r.to_json() for r in results])
+        (out / "results.json").write_text(json.dumps(full, indent=1) + "\n")
+        (out / "results.csv").write_text(_csv(results))
+        from mark.sim.plots import cost_bars, fleet_over_time, latency_ccdf
+
+        cost_bars(results, out / "cost.png", title)
+        latency_ccdf(results, out / "latency-ccdf.png", title)
+        fleet_over_time(results, out / "fleet.png", title)
+        err_console.print(
+            f"wrote {out}/results.json, results.csv, cost.png, latency-ccdf.png, fleet.png"
+        )
+    if fmt == "json":
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(_csv(results))
+    else:
+        console.print(_table(results, title))
+        base = next((r for r in results if r.policy == "sagemaker"), None)
+        if base is not None:
+            for r in results:
+                if r.policy != "sagemaker" and r.total_cost > 0:
+                    console.print(
+                        f"sagemaker / {r.policy}: {base.total_cost / r.total_cost:.2f}× "
+                        f"(within RT_max: {r.within_slo:.2%} vs {base.within_slo:.2%})"
+                    )
+        for note in sim_model.notes:
+            console.print(f"[dim]{note}[/]")
