@@ -9,6 +9,12 @@
 2. when the batch has run, ``{"outputs": [...]}`` for the admitted ones, in order
    (or ``{"error": "..."}``).
 
+``GET /health`` reports readiness, queue and the batch latencies; with
+``--imds-url`` it also carries ``spot_action`` once the instance metadata
+service announces a spot reclaim (polled every few seconds, IMDSv2), so the
+frontend, which polls every agent anyway, learns of it even if the
+EventBridge → SQS notice is late or lost.
+
 Batches run one at a time on a single worker thread, as on a real instance.
 ``slowdown`` stretches each batch to emulate a slower instance type in the
 local world (the measured time × slowdown); 1.0 means this machine's speed.
@@ -28,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import numpy as np
 from aiohttp import web
 
@@ -49,6 +56,69 @@ class AgentStats:
 
 
 @dataclass
+class ImdsPoller:
+    """Reads ``spot/instance-action`` from the instance metadata service (IMDSv2).
+
+    The path answers 404 until AWS decides to reclaim the spot instance, then
+    ``{"action": "terminate"|"stop"|"hibernate", "time": "...Z"}``. A session
+    token (PUT ``/latest/api/token``) is fetched once and renewed before it
+    expires or when the service answers 401.
+    """
+
+    url: str  # http://169.254.169.254 on EC2
+    interval_s: float = 5.0
+    token_ttl_s: int = 21600
+    action: dict[str, str] | None = None
+    _token: str | None = None
+    _token_expires: float = 0.0
+
+    async def _fetch_token(self, session: aiohttp.ClientSession) -> str:
+        async with session.put(
+            f"{self.url}/latest/api/token",
+            headers={"X-aws-ec2-metadata-token-ttl-seconds": str(self.token_ttl_s)},
+        ) as r:
+            r.raise_for_status()
+            self._token = await r.text()
+        self._token_expires = time.monotonic() + self.token_ttl_s - 60.0
+        return self._token
+
+    async def poll_once(self, session: aiohttp.ClientSession) -> dict[str, str] | None:
+        """One read; the action once announced (and from then on), else ``None``."""
+        for _ in range(2):
+            token = self._token
+            if token is None or time.monotonic() >= self._token_expires:
+                token = await self._fetch_token(session)
+            async with session.get(
+                f"{self.url}/latest/meta-data/spot/instance-action",
+                headers={"X-aws-ec2-metadata-token": token},
+            ) as r:
+                if r.status == 401:  # expired or the service restarted: a new token, once
+                    self._token = None
+                    continue
+                if r.status == 404:
+                    return self.action
+                r.raise_for_status()
+                body = json.loads(await r.text())  # IMDS sends text/plain
+            if isinstance(body, dict) and "action" in body:
+                self.action = {"action": str(body["action"]), "time": str(body.get("time", ""))}
+            return self.action
+        return self.action
+
+    async def run(self) -> None:
+        """Poll until cancelled; a failed poll is logged and retried at the next interval."""
+        timeout = aiohttp.ClientTimeout(total=2.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                try:
+                    before = self.action
+                    if await self.poll_once(session) != before:
+                        log.warning("IMDS announces a spot %s", self.action)
+                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    log.info("IMDS poll failed: %s", exc)
+                await asyncio.sleep(self.interval_s)
+
+
+@dataclass
 class Agent:
     """The Bouncer's state on one instance: what is queued, and until when it is busy."""
 
@@ -56,6 +126,7 @@ class Agent:
     latency: BatchLatency
     slowdown: float = 1.0
     clock: Callable[[], float] = time.time
+    imds: ImdsPoller | None = None
     busy_until: float = 0.0
     queue_depth: int = 0
     stats: AgentStats = field(default_factory=AgentStats)
@@ -138,6 +209,7 @@ class Agent:
                 "batches": self.stats.batches,
                 "errors": self.stats.errors,
                 "batch_latency_s": [[b, t * self.slowdown] for b, t in self.latency.points],
+                "spot_action": self.imds.action if self.imds is not None else None,
             }
         )
 
@@ -163,12 +235,15 @@ async def _serve(agent: Agent, host: str, port: int) -> None:
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = runner.addresses[0][1]
+    poller = asyncio.create_task(agent.imds.run()) if agent.imds is not None else None
     print(f"READY {bound}", flush=True)  # the supervisor reads the port from this line
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if poller is not None:
+        poller.cancel()
     await runner.cleanup()
 
 
@@ -182,11 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--slowdown", type=float, default=1.0, help="emulate a slower instance")
+    p.add_argument(
+        "--imds-url",
+        default=None,
+        help="poll the metadata service for spot reclaims (on EC2: http://169.254.169.254)",
+    )
+    p.add_argument("--imds-interval", type=float, default=5.0, help="seconds between polls")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(message)s")
     try:
         shape = tuple(int(d) for d in args.input_shape.split(","))
         agent = build_agent(args.model_source, shape, args.dtype, max(args.slowdown, 1.0))
+        if args.imds_url:
+            agent.imds = ImdsPoller(args.imds_url.rstrip("/"), max(args.imds_interval, 0.1))
     except (ModelLoadError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
