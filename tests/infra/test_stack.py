@@ -1,0 +1,478 @@
+"""infra/mark.yaml created on a real moto server, and the resources it made, read back.
+
+Two stacks cover both sides of the template's conditions: one that creates its own
+VPC and keeps SQLite on an EBS volume, and one in an existing VPC with PostgreSQL
+from a secret, HTTPS, a model file and Lambda layers.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import re
+import time
+import uuid
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+
+from mark.cloud.aws.fleet import TAG_CLUSTER
+from mark.cloud.aws.interruptions import EVENT_PATTERN
+from mark.config import ApiSpec, ModelSpec
+from mark.deploy import package as pkg
+from mark.deploy import template as tpl
+
+ROOT = Path(__file__).resolve().parents[2]
+REGION = "us-east-1"
+#: What moto 5.2.5 leaves out of a stack without failing it (infra/README.md lists these).
+MOTO_SKIPS = {"InterruptionQueuePolicy"}
+
+
+@dataclass
+class Stack:
+    name: str
+    params: dict[str, str]
+    outputs: dict[str, str]
+    physical: dict[str, str]  # logical id -> physical id, for what moto created
+    created: set[str]  # logical ids moto reports created
+    expected: set[str]  # logical ids whose condition holds
+    endpoint: str
+    unsupported: set[str] = field(default_factory=set)  # types moto warned it skipped
+
+    def client(self, service: str) -> Any:
+        return boto3.client(
+            service,
+            region_name=REGION,
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+
+def _conditions_hold(template: Mapping[str, Any], params: Mapping[str, str]) -> dict[str, bool]:
+    """The template's conditions for these parameters (only the forms it uses)."""
+    values = {k: p.default or "" for k, p in tpl.parameters(template).items()} | dict(params)
+    conds: dict[str, bool] = {}
+
+    def ev(expr: Any) -> Any:
+        if isinstance(expr, str):
+            return expr
+        ((op, arg),) = expr.items()
+        if op == "Ref":
+            return values[arg]
+        if op == "Condition":
+            return conds[arg]
+        if op == "Fn::Equals":
+            return ev(arg[0]) == ev(arg[1])
+        if op == "Fn::Not":
+            return not ev(arg[0])
+        if op == "Fn::Join":
+            return arg[0].join(ev(arg[1]).split(","))
+        raise AssertionError(f"condition form {op} is not modelled here")
+
+    for name, expr in template["Conditions"].items():
+        conds[name] = bool(ev(expr))
+    return conds
+
+
+def _create(endpoint: str, params: dict[str, str], lambda_zip: bytes) -> Stack:
+    name = f"mark-test-{uuid.uuid4().hex[:8]}"
+    stack = Stack(name, params, {}, {}, set(), set(), endpoint)
+    s3 = stack.client("s3")
+    s3.create_bucket(Bucket=params["ArtifactBucket"])
+    s3.put_object(
+        Bucket=params["ArtifactBucket"], Key="mark/spill-lambda.zip", Body=lambda_zip
+    )  # moto's Lambda reads the code object, so it must be the real zip
+    cf = stack.client("cloudformation")
+    body = (ROOT / "infra" / "mark.yaml").read_text()
+    # moto runs in this process (a server thread): its "not supported" warnings land here.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cf.create_stack(
+            StackName=name,
+            TemplateBody=body,
+            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in params.items()],
+            Capabilities=["CAPABILITY_IAM"],
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            desc = cf.describe_stacks(StackName=name)["Stacks"][0]
+            if not desc["StackStatus"].endswith("_IN_PROGRESS") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        described = cf.describe_stack_resources(StackName=name)["StackResources"]
+    for w in caught:
+        if found := re.search(r"Tried to parse (\S+) but it's not supported", str(w.message)):
+            stack.unsupported.add(found.group(1))
+    assert desc["StackStatus"] == "CREATE_COMPLETE", desc.get("StackStatusReason")
+    stack.outputs = {o["OutputKey"]: o["OutputValue"] for o in desc.get("Outputs", [])}
+    for r in described:
+        if "LogicalResourceId" in r:  # moto lists skipped resources without one
+            stack.created.add(r["LogicalResourceId"])
+            stack.physical[r["LogicalResourceId"]] = r.get("PhysicalResourceId") or ""
+    template = tpl.load(body)
+    conds = _conditions_hold(template, params)
+    stack.expected = {
+        k for k, r in template["Resources"].items() if conds.get(r.get("Condition", ""), True)
+    }
+    return stack
+
+
+@pytest.fixture(scope="module")
+def lambda_zip(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return pkg.build_lambda_zip(tmp_path_factory.mktemp("deploy")).path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def own_vpc(moto_endpoint: str, lambda_zip: bytes) -> Iterator[Stack]:
+    """Own VPC, SQLite on EBS, HTTP only, the demo model."""
+    params = {
+        "ArtifactBucket": f"mark-art-{uuid.uuid4().hex[:8]}",
+        "ClusterName": "prod",
+        "LogRetentionDays": "14",
+    }
+    yield _create(moto_endpoint, params, lambda_zip)
+
+
+@pytest.fixture(scope="module")
+def existing_vpc(moto_endpoint: str, lambda_zip: bytes) -> Iterator[Stack]:
+    """moto's default VPC, PostgreSQL URL in a secret, HTTPS, a model file, a torch layer."""
+    creds = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto_endpoint, **creds)
+    vpc = next(v["VpcId"] for v in ec2.describe_vpcs()["Vpcs"] if v["IsDefault"])
+    subnets = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]
+    subnets.sort(key=lambda s: s["AvailabilityZone"])
+    secrets = boto3.client(
+        "secretsmanager", region_name=REGION, endpoint_url=moto_endpoint, **creds
+    )
+    secret = secrets.create_secret(
+        Name=f"mark-db-{uuid.uuid4().hex[:6]}", SecretString="postgresql://mark@db:5432/mark"
+    )["ARN"]
+    acm = boto3.client("acm", region_name=REGION, endpoint_url=moto_endpoint, **creds)
+    cert = acm.request_certificate(DomainName="mark.example.com")["CertificateArn"]
+    params = {
+        "ArtifactBucket": f"mark-art-{uuid.uuid4().hex[:8]}",
+        "VpcId": vpc,
+        "SubnetIds": ",".join(s["SubnetId"] for s in subnets[:2]),
+        "DatabaseSecretArn": secret,
+        "CertificateArn": cert,
+        "ModelKey": "models/resnet.pt",
+        "ModelName": "resnet",
+        "ModelInputShape": "3,224,224",
+        "SpillLayerArns": "arn:aws:lambda:us-east-1:123456789012:layer:torch:3",
+        "ApiPort": "9000",
+    }
+    yield _create(moto_endpoint, params, lambda_zip)
+
+
+def _user_data(stack: Stack, template_id: str) -> str:
+    versions = stack.client("ec2").describe_launch_template_versions(LaunchTemplateId=template_id)
+    data = versions["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    return base64.b64decode(data["UserData"]).decode()
+
+
+def _heredoc(script: str, path: str) -> str:
+    match = re.search(rf"cat >{re.escape(path)} <<'?EOF'?\n(.*?)\nEOF\n", script, re.S)
+    assert match, f"no heredoc for {path}"
+    return match.group(1)
+
+
+def _statements(stack: Stack, role_logical_id: str) -> list[dict[str, Any]]:
+    """Every statement of every inline policy on the role (standalone policies included)."""
+    iam = stack.client("iam")
+    role = stack.physical[role_logical_id]
+    out: list[dict[str, Any]] = []
+    for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+        doc = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
+        if isinstance(doc, str):  # moto keeps a role's own Policies as a Python repr
+            doc = ast.literal_eval(doc)
+        out.extend(s for s in doc["Statement"] if s)  # moto keeps AWS::NoValue as null
+    return out
+
+
+def _as_list(v: Any) -> list[Any]:
+    return [x for x in v if x is not None] if isinstance(v, list) else [v]
+
+
+# -- the stack as a whole -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["own_vpc", "existing_vpc"])
+def test_stack_creates_every_resource_moto_supports(
+    which: str, request: pytest.FixtureRequest, aws_env: str
+) -> None:
+    stack: Stack = request.getfixturevalue(which)
+    assert stack.expected - stack.created == MOTO_SKIPS
+    assert stack.unsupported == {"AWS::SQS::QueuePolicy"}
+    assert stack.created <= stack.expected  # nothing whose condition is false
+
+
+def test_outputs_are_the_documented_ones(own_vpc: Stack, existing_vpc: Stack) -> None:
+    always = {
+        "EndpointUrl",
+        "InterruptionQueueUrl",
+        "WorkerLaunchTemplateId",
+        "SpillFunctionName",
+        "ControllerGroupName",
+        "AgentSecurityGroupId",
+        "ControllerSecurityGroupId",
+        "ControllerLogGroupName",
+    }
+    assert set(own_vpc.outputs) == always | {"StateVolumeId"}
+    assert set(existing_vpc.outputs) == always  # PostgreSQL: no state volume
+    assert own_vpc.outputs["EndpointUrl"].startswith("http://")
+    assert existing_vpc.outputs["EndpointUrl"].startswith("https://")
+
+
+# -- what AwsFleet launches through --------------------------------------------------------
+
+
+def test_worker_launch_template_runs_the_agent_with_the_worker_profile(own_vpc: Stack) -> None:
+    ec2 = own_vpc.client("ec2")
+    lt_id = own_vpc.outputs["WorkerLaunchTemplateId"]
+    assert ec2.describe_launch_templates(LaunchTemplateIds=[lt_id])["LaunchTemplates"]
+    data = ec2.describe_launch_template_versions(LaunchTemplateId=lt_id)["LaunchTemplateVersions"][
+        0
+    ]["LaunchTemplateData"]
+    assert data["ImageId"].startswith("ami-")  # resolved from the SSM parameter
+    profile = own_vpc.client("iam").get_instance_profile(
+        InstanceProfileName=own_vpc.physical["WorkerInstanceProfile"]
+    )["InstanceProfile"]
+    assert data["IamInstanceProfile"]["Arn"] == profile["Arn"]
+    assert [r["RoleName"] for r in profile["Roles"]] == [own_vpc.physical["WorkerRole"]]
+    (nic,) = data["NetworkInterfaces"]
+    assert nic["Groups"] == [own_vpc.outputs["AgentSecurityGroupId"]]
+    assert nic["SubnetId"] == own_vpc.physical["SubnetA"]
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    script = _user_data(own_vpc, lt_id)
+    bucket = own_vpc.params["ArtifactBucket"]
+    assert f'aws s3 cp "s3://{bucket}/mark/agent-bundle.tar.gz"' in script
+    assert "-c /opt/mark/mark-src/constraints.txt" in script
+    unit = _heredoc(script, "/etc/systemd/system/mark-agent.service")
+    exec_start = unit.split("ExecStart=", 1)[1].split("\nRestart", 1)[0].replace("\\\n", " ")
+    args = exec_start.split()
+    assert args[:3] == ["/opt/mark/venv/bin/python", "-m", "bouncer.agent"]
+    opts = dict(zip(args[3::2], args[4::2], strict=True))
+    assert opts == {
+        "--model-source": "$SOURCE",
+        "--input-shape": "1,8,8",
+        "--dtype": "float32",
+        "--host": "0.0.0.0",
+        "--port": "8500",
+    }
+    assert "SOURCE='mark.demo:digits_model'" in script
+    assert "${" not in script  # every ${...} was CloudFormation's to fill
+
+
+def test_controller_user_data_writes_an_aws_world_config_with_the_stack_ids(
+    own_vpc: Stack, existing_vpc: Stack
+) -> None:
+    for stack in (own_vpc, existing_vpc):
+        script = _user_data(stack, stack.physical["ControllerLaunchTemplate"])
+        config = yaml.safe_load(_heredoc(script, "/etc/mark/mark.yaml"))
+        assert config["world"] == "aws"
+        assert config["aws"] == {
+            "region": REGION,
+            "cluster": stack.params.get("ClusterName", "mark"),
+            "launch_template_id": stack.outputs["WorkerLaunchTemplateId"],
+            "agent_port": 8500,
+            "interruption_queue_url": stack.outputs["InterruptionQueueUrl"],
+            "spill_function": stack.outputs["SpillFunctionName"],
+        }
+        api = ApiSpec(**config["api"])
+        assert (api.host, api.port) == ("0.0.0.0", int(stack.params.get("ApiPort", "8080")))
+        (model,) = config["models"]
+        spec = ModelSpec(**(model | {"source": "pkg.mod:factory"}))  # $SOURCE is set by bash
+        assert spec.name == stack.params.get("ModelName", "digits")
+        assert "mark --config /etc/mark/mark.yaml up" in script
+    sqlite = _user_data(own_vpc, own_vpc.physical["ControllerLaunchTemplate"])
+    assert f"VOL='{own_vpc.outputs['StateVolumeId']}'" in sqlite
+    assert "if [ -n '' ]; then" in sqlite  # no database secret
+    pg = _user_data(existing_vpc, existing_vpc.physical["ControllerLaunchTemplate"])
+    assert "VOL=''" in pg and existing_vpc.params["DatabaseSecretArn"] in pg
+    assert 'aws s3 cp "s3://' + existing_vpc.params["ArtifactBucket"] + '/models/resnet.pt"' in pg
+
+
+# -- network ------------------------------------------------------------------------------
+
+
+def test_agents_accept_traffic_only_from_the_controller_group(own_vpc: Stack) -> None:
+    ec2 = own_vpc.client("ec2")
+    agent_sg, controller_sg = (
+        own_vpc.outputs["AgentSecurityGroupId"],
+        own_vpc.outputs["ControllerSecurityGroupId"],
+    )
+    groups = {
+        g["GroupId"]: g
+        for g in ec2.describe_security_groups(GroupIds=[agent_sg, controller_sg])["SecurityGroups"]
+    }
+    (rule,) = groups[agent_sg]["IpPermissions"]
+    assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 8500, 8500)
+    assert [p["GroupId"] for p in rule["UserIdGroupPairs"]] == [controller_sg]
+    assert not rule.get("IpRanges") and not rule.get("Ipv6Ranges")
+    (api,) = groups[controller_sg]["IpPermissions"]
+    assert api["FromPort"] == 8080
+    assert [p["GroupId"] for p in api["UserIdGroupPairs"]] == [
+        own_vpc.physical["LoadBalancerSecurityGroup"]
+    ]
+    assert not api.get("IpRanges")
+
+
+def test_controller_group_of_one_behind_the_load_balancer(own_vpc: Stack) -> None:
+    asg = own_vpc.client("autoscaling")
+    (group,) = asg.describe_auto_scaling_groups(
+        AutoScalingGroupNames=[own_vpc.outputs["ControllerGroupName"]]
+    )["AutoScalingGroups"]
+    assert (group["MinSize"], group["MaxSize"], group["DesiredCapacity"]) == (1, 1, 1)
+    assert (
+        group["LaunchTemplate"]["LaunchTemplateId"] == own_vpc.physical["ControllerLaunchTemplate"]
+    )
+    assert group["VPCZoneIdentifier"] == own_vpc.physical["SubnetA"]  # the volume's AZ
+    tags = {t["Key"]: t["Value"] for t in group["Tags"]}
+    assert tags["mark:controller"] == "prod"
+    assert TAG_CLUSTER not in tags  # else the fleet would count (and retire) its controller
+    elb = own_vpc.client("elbv2")
+    (tg,) = elb.describe_target_groups(TargetGroupArns=[own_vpc.physical["ApiTargetGroup"]])[
+        "TargetGroups"
+    ]
+    assert (tg["Port"], tg["HealthCheckPath"]) == (8080, "/v2/health/ready")
+    assert group["TargetGroupARNs"] == [tg["TargetGroupArn"]]
+    listeners = elb.describe_listeners(LoadBalancerArn=own_vpc.physical["LoadBalancer"])
+    assert [(x["Port"], x["Protocol"]) for x in listeners["Listeners"]] == [(80, "HTTP")]
+
+
+def test_https_listener_with_a_certificate(existing_vpc: Stack) -> None:
+    elb = existing_vpc.client("elbv2")
+    listeners = elb.describe_listeners(LoadBalancerArn=existing_vpc.physical["LoadBalancer"])
+    assert sorted((x["Port"], x["Protocol"]) for x in listeners["Listeners"]) == [
+        (80, "HTTP"),
+        (443, "HTTPS"),
+    ]
+
+
+# -- interruption notices -------------------------------------------------------------------
+
+
+def test_rules_send_both_ec2_notices_to_the_queue(own_vpc: Stack) -> None:
+    sqs, events = own_vpc.client("sqs"), own_vpc.client("events")
+    url = own_vpc.outputs["InterruptionQueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    kinds: set[str] = set()
+    for logical in ("InterruptionWarningRule", "RebalanceRecommendationRule"):
+        rule = events.describe_rule(Name=own_vpc.physical[logical])
+        pattern = json.loads(rule["EventPattern"])
+        assert pattern["source"] == EVENT_PATTERN["source"]
+        kinds.update(pattern["detail-type"])
+        targets = events.list_targets_by_rule(Rule=rule["Name"])["Targets"]
+        assert [t["Arn"] for t in targets] == [arn]
+    assert kinds == set(EVENT_PATTERN["detail-type"])  # what SqsInterruptionSource reads
+
+
+# -- IAM ------------------------------------------------------------------------------------
+
+
+def test_no_role_may_do_everything(own_vpc: Stack, existing_vpc: Stack) -> None:
+    for stack in (own_vpc, existing_vpc):
+        for role in ("ControllerRole", "WorkerRole", "SpillFunctionRole"):
+            for st in _statements(stack, role):
+                actions = _as_list(st["Action"])
+                assert all(a != "*" and not a.endswith(":*") for a in actions), (role, st)
+                if _as_list(st["Resource"]) == ["*"]:
+                    assert all(":Describe" in a for a in actions), (role, st)
+
+
+def test_controller_may_only_launch_and_end_instances_of_its_cluster(own_vpc: Stack) -> None:
+    statements = {s["Sid"]: s for s in _statements(own_vpc, "ControllerRole")}
+    launch = statements["LaunchOwnedWorkers"]
+    assert launch["Condition"]["StringEquals"] == {f"aws:RequestTag/{TAG_CLUSTER}": "prod"}
+    template_arn = launch["Condition"]["ArnLike"]["ec2:LaunchTemplate"]
+    assert template_arn.endswith(f"launch-template/{own_vpc.outputs['WorkerLaunchTemplateId']}")
+    manage = statements["ManageOwnedWorkers"]
+    assert sorted(manage["Action"]) == [
+        "ec2:StartInstances",
+        "ec2:StopInstances",
+        "ec2:TerminateInstances",
+    ]
+    assert manage["Condition"]["StringEquals"] == {f"aws:ResourceTag/{TAG_CLUSTER}": "prod"}
+    assert statements["TagAtLaunchOnly"]["Condition"]["StringEquals"] == {
+        "ec2:CreateAction": "RunInstances"
+    }
+    worker_role = own_vpc.client("iam").get_role(RoleName=own_vpc.physical["WorkerRole"])
+    assert statements["PassWorkerRole"]["Resource"] == worker_role["Role"]["Arn"]
+    assert "AttachTheStateVolume" in statements and "ReadDatabaseUrl" not in statements
+
+
+def test_postgres_stack_reads_the_secret_instead_of_attaching_a_volume(
+    existing_vpc: Stack,
+) -> None:
+    statements = {s["Sid"]: s for s in _statements(existing_vpc, "ControllerRole")}
+    assert statements["ReadDatabaseUrl"]["Resource"] == existing_vpc.params["DatabaseSecretArn"]
+    assert "AttachTheStateVolume" not in statements
+    worker = {s["Sid"]: s for s in _statements(existing_vpc, "WorkerRole")}
+    bucket = existing_vpc.params["ArtifactBucket"]
+    assert _as_list(worker["ReadArtifacts"]["Resource"]) == [
+        f"arn:aws:s3:::{bucket}/mark/agent-bundle.tar.gz",
+        f"arn:aws:s3:::{bucket}/models/resnet.pt",
+    ]
+
+
+# -- the spill function and logs -----------------------------------------------------------
+
+
+def test_spill_function_runs_the_handler_with_its_own_role(
+    own_vpc: Stack, existing_vpc: Stack
+) -> None:
+    fn = own_vpc.client("lambda").get_function(FunctionName=own_vpc.outputs["SpillFunctionName"])
+    config = fn["Configuration"]
+    assert config["Handler"] == "lambda_handlers.spill.handler"
+    assert config["Runtime"] == "python3.11"
+    assert config["MemorySize"] == 2048
+    role = own_vpc.client("iam").get_role(RoleName=own_vpc.physical["SpillFunctionRole"])
+    assert config["Role"] == role["Role"]["Arn"]
+    # moto's CloudFormation drops a function's Layers, so the layers are checked in the
+    # template: the function takes SpillLayerArns when any are given.
+    resources = tpl.load((ROOT / "infra" / "mark.yaml").read_text())["Resources"]
+    assert resources["SpillFunction"]["Properties"]["Layers"] == {
+        "Fn::If": ["HasSpillLayers", {"Ref": "SpillLayerArns"}, {"Ref": "AWS::NoValue"}]
+    }
+    assert existing_vpc.outputs["SpillFunctionName"].endswith("-spill")
+
+
+def test_log_groups_have_retention(own_vpc: Stack) -> None:
+    logs = own_vpc.client("logs")
+    names = {
+        own_vpc.physical[k]: k for k in ("ControllerLogGroup", "WorkerLogGroup", "SpillLogGroup")
+    }
+    found = {
+        g["logGroupName"]: g.get("retentionInDays")
+        for prefix in ("/mark/", "/aws/lambda/")
+        for g in logs.describe_log_groups(logGroupNamePrefix=prefix)["logGroups"]
+        if g["logGroupName"] in names
+    }
+    assert found == dict.fromkeys(names, 14)
+    assert f"/aws/lambda/{own_vpc.outputs['SpillFunctionName']}" in found
+
+
+# -- the README documents the template ------------------------------------------------------
+
+
+def _documented(section: str) -> set[str]:
+    """Names in the first column of the table under ``### {section}`` in infra/README.md."""
+    text = (ROOT / "infra" / "README.md").read_text()
+    block = text.split(f"### {section}\n", 1)[1].split("\n#", 1)[0]
+    return set(re.findall(r"^\| `([A-Za-z0-9]+)` \|", block, re.M))
+
+
+def test_readme_documents_exactly_the_parameters_and_outputs() -> None:
+    template = tpl.load((ROOT / "infra" / "mark.yaml").read_text())
+    assert _documented("Parameters") == set(template["Parameters"])
+    assert _documented("Outputs") == set(template["Outputs"])
