@@ -30,7 +30,7 @@ from mark.catalog import Catalog, Market, load_catalog
 from mark.config import OfferingsSpec, Settings, SloMonitorSpec
 from mark.controller import PROFILE_BATCHES, Controller, build_options
 from mark.errors import ConfigError
-from mark.ports import InstanceInfo, InstanceRole, InstanceState, NoticeKind
+from mark.ports import InstanceInfo, InstanceRole, InstanceState, NoticeKind, Store
 from mark.sim.engine import FAILED, LAMBDA, Engine, Server
 from mark.sim.fleet import SimFleet
 from mark.sim.memstore import MemoryStore
@@ -142,8 +142,10 @@ class Simulation:
         forecaster: Forecaster | None = None,
         catalog: Catalog | None = None,
         progress: Progress | None = None,
+        store: Store | None = None,
     ) -> None:
         self.w = workload
+        self.store: Store = store if store is not None else MemoryStore()
         self.model = model
         self.policy = policy
         self.cfg = cfg
@@ -417,7 +419,7 @@ class Simulation:
 
     async def _run_mark(self) -> None:
         settings = self._settings()
-        store = MemoryStore()
+        store = self.store
         await store.add_arrivals(self._history_windows(self.cfg.history_minutes))
         predictors: dict[str, OnlinePredictor] = {}
         forecast_fn = None
@@ -446,7 +448,6 @@ class Simulation:
         if forecast_fn is not None:
             ctl.forecast = forecast_fn
         self.controller = ctl
-        self.store = store
         sample = settings.timings.sample_window_s
         flushed = self.t_begin
 

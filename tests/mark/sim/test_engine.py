@@ -1,0 +1,105 @@
+"""The serving engine on arrivals small enough to follow by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bouncer.latency import BatchLatency
+from mark.catalog import load_catalog
+from mark.sim.engine import FAILED, INSTANCE, LAMBDA, Engine, Server
+from mark.sim.serverless import SimLambda
+
+
+def _engine(arrivals: list[float], rt: float, *, bouncer: bool = True) -> tuple[Engine, SimLambda]:
+    lam = SimLambda(load_catalog().lambda_prices, memory_mb=2048, cold_start_s=1.0)
+    eng = Engine(np.array(arrivals), rt, lam, lambda k: 0.5 * k, bouncer=bouncer)
+    return eng, lam
+
+
+def test_one_instance_queues_what_it_can_finish_and_spills_the_rest() -> None:
+    # T_1 = 100 ms, RT_max = 150 ms. Request 0 runs 0-0.1; request 1 (t=0.01) would
+    # finish at 0.2 > 0.16: the Bouncer rejects it and Lambda answers after a cold
+    # start (1 s) and its 0.5 s run. Request 2 at 0.3 finds the instance idle.
+    eng, lam = _engine([0.0, 0.01, 0.3], 0.15)
+    eng.set_servers([Server("i-1", "c5.large", "on-demand", "serving", BatchLatency(((1, 0.1),)))])
+    eng.serve_until(10.0)
+    assert eng.lat.tolist() == pytest.approx([0.1, 1.0 + 0.5, 0.1])  # spilled at once
+    assert eng.where.tolist() == [INSTANCE, LAMBDA, INSTANCE]
+    assert (lam.invocations, lam.cold_starts) == (1, 1)
+    # 500 ms at 2 GB = 1 GB-s, plus one request.
+    prices = load_catalog().lambda_prices
+    assert lam.cost == pytest.approx(1.0 * prices.per_gb_second_x86 + prices.per_request)
+
+
+def test_a_second_spill_reuses_the_warm_lambda() -> None:
+    eng, lam = _engine([0.0, 0.01, 5.0, 5.01], 0.15)
+    eng.set_servers([Server("i-1", "c5.large", "on-demand", "serving", BatchLatency(((1, 0.1),)))])
+    eng.serve_until(10.0)
+    assert eng.lat[3] == pytest.approx(0.5)  # warm: no cold start
+    assert (lam.invocations, lam.cold_starts) == (2, 1)
+
+
+def test_a_batch_fills_until_its_window_ends() -> None:
+    # N_batch 4, W_batch 200 ms: three requests by t=0.2 go as one batch at 0.2;
+    # T_3 = 0.1 + (0.3 - 0.1) * 2/3 on the curve through (1, 0.1) and (4, 0.3).
+    curve = BatchLatency(((1, 0.1), (4, 0.3)))
+    eng, _ = _engine([0.0, 0.05, 0.1, 1.0], 0.6)
+    eng.set_servers([Server("i-1", "p2.xlarge", "on-demand", "serving", curve, 4, 0.2)])
+    eng.serve_until(10.0)
+    fin = 0.2 + 0.1 + 0.2 * 2 / 3
+    assert eng.lat[:3].tolist() == pytest.approx([fin, fin - 0.05, fin - 0.1])
+    assert eng.lat[3] == pytest.approx(0.2 + 0.1)  # alone: waits out its window
+
+
+def test_without_a_bouncer_an_instance_queues_everything() -> None:
+    eng, lam = _engine([0.0, 0.0, 0.0], 0.15, bouncer=False)
+    eng.set_servers([Server("i-1", "c5.large", "on-demand", "serving", BatchLatency(((1, 0.1),)))])
+    eng.serve_until(10.0)
+    assert eng.lat.tolist() == pytest.approx([0.1, 0.2, 0.3])
+    assert lam.invocations == 0
+
+
+def test_the_soonest_finishing_instance_takes_the_request() -> None:
+    fast = Server("i-fast", "c5.xlarge", "on-demand", "serving", BatchLatency(((1, 0.05),)))
+    slow = Server("i-slow", "c5.large", "on-demand", "serving", BatchLatency(((1, 0.2),)))
+    eng, _ = _engine([0.0, 0.0, 0.0], 1.0)
+    eng.set_servers([slow, fast])
+    eng.serve_until(1.0)
+    # fast finishes at 0.05, 0.10, then 0.15 still beats slow's 0.2.
+    assert eng.lat.tolist() == pytest.approx([0.05, 0.10, 0.15])
+    assert (fast.served, slow.served) == (3, 0)
+
+
+def test_no_instance_and_no_lambda_fails_the_request() -> None:
+    eng = Engine(np.array([0.0]), 0.1, None, lambda k: 1.0, bouncer=False)
+    eng.serve_until(1.0)
+    assert math.isinf(eng.lat[0]) and eng.where[0] == FAILED
+
+
+def test_lambda_throttles_beyond_its_concurrency() -> None:
+    lam = SimLambda(load_catalog().lambda_prices, concurrency=1, cold_start_s=0.0)
+    assert lam.invoke(0.0, 1, 1.0) == pytest.approx(1.0)
+    assert lam.invoke(0.5, 1, 1.0) is None
+    assert lam.invoke(1.0, 1, 1.0) == pytest.approx(2.0)  # the first one is free again
+    assert lam.throttled == 1
+
+
+def test_a_burstable_standby_slows_to_its_baseline_when_credits_run_out() -> None:
+    srv = Server(
+        "i-t3",
+        "t3.large",
+        "on-demand",
+        "standby",
+        BatchLatency(((1, 0.3),)),
+        burstable=True,
+        vcpus=2,
+        baseline=0.3,
+        credits=0.01,  # 0.3 s on 2 vCPUs uses 0.01 credits: exactly one request
+    )
+    eng, _ = _engine([0.0, 1.0], 10.0)
+    eng.set_servers([srv])
+    eng.serve_until(5.0)
+    assert eng.lat.tolist() == pytest.approx([0.3, 1.0])

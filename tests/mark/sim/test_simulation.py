@@ -1,0 +1,180 @@
+"""Whole simulations on tiny workloads: a cost computed by hand, and the same controller
+decisions whichever store holds its state."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bouncer.latency import BatchLatency
+from mark.catalog import load_catalog
+from mark.sim.memstore import MemoryStore
+from mark.sim.models import SimModel, paper_model
+from mark.sim.policies import POLICIES
+from mark.sim.run import SimConfig, Simulation
+from mark.sim.workloads import Workload, surge_workload
+from mark.state import open_store
+
+EPOCH = 1_700_000_000.0
+HISTORY_S = 2 * 3600
+
+
+def _model() -> SimModel:
+    return SimModel(
+        name="tiny",
+        rt_max_s=0.6,
+        sl_min=0.98,
+        latency={"c5.large": BatchLatency(((1, 0.2),)), "c5.xlarge": BatchLatency(((1, 0.1),))},
+        lambda_t1_s=0.4,
+        standby_t1_s=0.2,
+    )
+
+
+def _workload(rates: np.ndarray, seconds: int) -> Workload:
+    per_second = np.concatenate([np.full(HISTORY_S, rates[0]), rates])
+    return Workload("tiny", per_second, EPOCH, HISTORY_S, seconds)
+
+
+async def test_constant_load_on_one_instance_costs_its_price_and_answers_in_t1() -> None:
+    """A request every 2 s, exactly; SageMaker keeps its single c5.large (C = 1.87 r/s
+    within the SLO, so the 2× target is 56 a minute and the load is 30), the hour costs
+    the c5.large price and every request takes T_1 = 200 ms."""
+    seconds = 3600
+    w = _workload(np.full(seconds, 0.5), seconds)
+    cfg = SimConfig(warmup_s=600, sagemaker_type="c5.large")
+    arrivals = np.arange(w.t0 - cfg.warmup_s, w.t0 + seconds, 2.0)
+    sim = Simulation(w, _model(), POLICIES["sagemaker"], cfg, arrivals=arrivals)
+    r = await sim.run()
+    price = load_catalog().offering("c5.large", "on-demand").price_per_hour
+    assert r.requests == seconds // 2
+    assert r.costs["on-demand"] == pytest.approx(price * 1.0)
+    assert r.costs["lambda"] == 0.0
+    assert r.within_slo == 1.0
+    assert (r.p50_ms, r.p99_ms) == pytest.approx((200.0, 200.0))
+    assert r.instance_hours == pytest.approx({"c5.large": 1.0})
+
+
+async def test_spilled_requests_are_priced_as_lambda_gb_seconds() -> None:
+    """No instance can start before the load ends (boot 1 h): mark spills all 100
+    requests, one invocation each, 400 ms at 3 GB. The first three are cold: the first
+    environment is busy until 0 + 2.5 + 0.4 s, so the requests at 1 s and 2 s need their
+    own; from 3 s on a freed one is warm. Cold starts miss RT_max: 97 % within."""
+    seconds = 100
+    w = _workload(np.ones(seconds), seconds)
+    cfg = SimConfig(warmup_s=0, boot_s=3600)
+    arrivals = w.t0 + np.arange(seconds, dtype=float)
+    sim = Simulation(w, _model(), POLICIES["mark"], cfg, arrivals=arrivals)
+    r = await sim.run()
+    prices = load_catalog().lambda_prices
+    gb_s = 0.4 * 3072 / 1024
+    assert r.spilled == seconds
+    assert r.costs["lambda"] == pytest.approx(
+        seconds * (gb_s * prices.per_gb_second_x86 + prices.per_request)
+    )
+    assert r.p50_ms == pytest.approx(400.0)
+    assert r.extra["lambda_cold_starts"] == 3
+    assert r.within_slo == pytest.approx(0.97)
+
+
+def _step_load() -> Workload:
+    seconds = 2400
+    rates = np.full(seconds, 3.0)
+    rates[600:1500] = 12.0
+    return _workload(rates, seconds)
+
+
+async def _decisions(store: object) -> list[tuple[float, str, str | None, str | None, int]]:
+    w = _step_load()
+    cfg = SimConfig(warmup_s=300)
+    arrivals = w.arrivals(int(w.start - cfg.warmup_s), w.end, seed=3)
+    sim = Simulation(
+        w,
+        _model(),
+        POLICIES["no-prediction"],
+        cfg,
+        arrivals=arrivals,
+        store=store,  # type: ignore[arg-type]
+    )
+    await sim.run()
+    got = await sim.store.decisions(0, 1e12)
+    return [(d.at, d.action, d.instance_type, d.market, d.count) for d in got]
+
+
+async def test_the_controller_decides_the_same_on_a_real_store_as_in_memory(
+    sqlite_url: str,
+) -> None:
+    """The simulator's in-memory store is a stand-in for speed only: the daemon's
+    controller, given the same arrivals, takes the same decisions at the same times on
+    the SQL store the daemon uses."""
+    in_memory = await _decisions(MemoryStore())
+    store = await open_store(sqlite_url, upgrade=True)
+    try:
+        on_sql = await _decisions(store)
+    finally:
+        await store.close()
+    assert in_memory == on_sql
+    actions = {a for _, a, *_ in in_memory}
+    assert {"launch", "retire"} <= actions  # the step up launched, the step down retired
+
+
+async def test_a_surge_is_carried_by_lambda_and_the_slo_monitor() -> None:
+    w = surge_workload(base_rps=20.0, surge=1.0, hours=0.75, surge_at_s=900, hold_s=600)
+    cfg = SimConfig(warmup_s=600)
+    arrivals = w.arrivals(int(w.start - cfg.warmup_s), w.end, seed=1)
+    model = paper_model("inception-v3")
+    r = await Simulation(w, model, POLICIES["no-prediction"], cfg, arrivals=arrivals).run()
+    assert r.within_slo >= 0.98
+    before = max(cap for t, _, cap, _ in r.timeline if t < w.t0 + 900)
+    during = max(cap for t, _, cap, _ in r.timeline if w.t0 + 1020 <= t < w.t0 + 1500)
+    assert during > before  # the fleet followed the surge up
+
+
+def _mark(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mark.cli.main", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_simulate_cli_prints_json_and_writes_plots(tmp_path: Path) -> None:
+    done = _mark(
+        "simulate",
+        "--trace",
+        "surge",
+        "--hours",
+        "0.5",
+        "--base-rps",
+        "10",
+        "--policies",
+        "sagemaker,no-prediction,optimal",
+        "--format",
+        "json",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert [r["policy"] for r in doc["results"]] == ["sagemaker", "no-prediction", "optimal"]
+    assert all(r["requests"] == doc["results"][0]["requests"] > 10_000 for r in doc["results"])
+    for name in ("results.json", "results.csv", "cost.png", "latency-ccdf.png", "fleet.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policies", "mark,bogus"], "unknown policy bogus"),
+        (["--model", "resnet"], "unknown simulated model 'resnet'"),
+        (["--interrupt", "soon"], "expected SECONDS:FRACTION"),
+        (["--format", "xml"], "--format 'xml'"),
+    ],
+)
+def test_simulate_cli_rejects_bad_input_in_one_line(args: list[str], message: str) -> None:
+    done = _mark("simulate", "--trace", "surge", "--hours", "0.1", *args)
+    assert done.returncode == 2
+    err = done.stderr
+    assert message in err and len(err.strip().splitlines()) == 1
