@@ -247,9 +247,8 @@ def test_worker_launch_template_runs_the_agent_with_the_worker_profile(own_vpc: 
     )["InstanceProfile"]
     assert data["IamInstanceProfile"]["Arn"] == profile["Arn"]
     assert [r["RoleName"] for r in profile["Roles"]] == [own_vpc.physical["WorkerRole"]]
-    (nic,) = data["NetworkInterfaces"]
-    assert nic["Groups"] == [own_vpc.outputs["AgentSecurityGroupId"]]
-    assert nic["SubnetId"] == own_vpc.physical["SubnetA"]
+    assert data["SecurityGroupIds"] == [own_vpc.outputs["AgentSecurityGroupId"]]
+    assert "NetworkInterfaces" not in data  # AwsFleet passes the subnet per launch
     assert data["MetadataOptions"]["HttpTokens"] == "required"
     script = _user_data(own_vpc, lt_id)
     bucket = own_vpc.params["ArtifactBucket"]
@@ -274,6 +273,10 @@ def test_worker_launch_template_runs_the_agent_with_the_worker_profile(own_vpc: 
 def test_controller_user_data_writes_an_aws_world_config_with_the_stack_ids(
     own_vpc: Stack, existing_vpc: Stack
 ) -> None:
+    subnets = {
+        own_vpc.name: [own_vpc.physical["SubnetA"], own_vpc.physical["SubnetB"]],
+        existing_vpc.name: existing_vpc.params["SubnetIds"].split(","),
+    }
     for stack in (own_vpc, existing_vpc):
         script = _user_data(stack, stack.physical["ControllerLaunchTemplate"])
         config = yaml.safe_load(_heredoc(script, "/etc/mark/mark.yaml"))
@@ -282,6 +285,7 @@ def test_controller_user_data_writes_an_aws_world_config_with_the_stack_ids(
             "region": REGION,
             "cluster": stack.params.get("ClusterName", "mark"),
             "launch_template_id": stack.outputs["WorkerLaunchTemplateId"],
+            "subnet_ids": subnets[stack.name],
             "agent_port": 8500,
             "interruption_queue_url": stack.outputs["InterruptionQueueUrl"],
             "spill_function": stack.outputs["SpillFunctionName"],
@@ -386,8 +390,11 @@ def test_no_role_may_do_everything(own_vpc: Stack, existing_vpc: Stack) -> None:
             for st in _statements(stack, role):
                 actions = _as_list(st["Action"])
                 assert all(a != "*" and not a.endswith(":*") for a in actions), (role, st)
-                if _as_list(st["Resource"]) == ["*"]:
-                    assert all(":Describe" in a for a in actions), (role, st)
+                if _as_list(st["Resource"]) == ["*"]:  # only what IAM cannot scope
+                    if actions == ["cloudwatch:PutMetricData"]:
+                        assert st["Condition"] == {"StringEquals": {"cloudwatch:namespace": "mark"}}
+                    else:
+                        assert all(":Describe" in a for a in actions), (role, st)
 
 
 def test_controller_may_only_launch_and_end_instances_of_its_cluster(own_vpc: Stack) -> None:
