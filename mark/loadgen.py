@@ -1,0 +1,503 @@
+"""Open-loop load generator: Poisson arrivals at a rate that follows a profile.
+
+Open loop on purpose: each request is sent when its arrival time comes,
+whether or not earlier ones have been answered. A closed loop (send, wait,
+send) slows down exactly when the server does, and so hides the overload a
+capacity test is meant to show. Arrivals are a non-homogeneous Poisson
+process (thinning of a homogeneous one at the profile's peak), so the 5 s
+rate windows the daemon samples are as bursty as real independent clients.
+
+The rate follows a piecewise-linear profile (``"0:5,60:40,180:40,240:5"``,
+seconds:requests/s) or a trace file replayed faster than real time. Bodies
+are valid inputs built from the model's own metadata (``GET
+/v2/models/{name}``), for the V1 or V2 endpoint. Every request's outcome is
+kept (when it was due, when it went out, latency, status, who served it if the
+response says), and a summary gives sent / ok / errors, percentiles, the
+fraction within RT_max and how many spilled to Lambda.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+import numpy as np
+import orjson
+from numpy.typing import NDArray
+
+from mark.errors import MarkError
+
+Api = Literal["v1", "v2"]
+FloatArray = NDArray[np.float64]
+
+_V2_DTYPES: dict[str, str] = {
+    "FP32": "float32",
+    "FP64": "float64",
+    "INT64": "int64",
+    "INT32": "int32",
+    "UINT8": "uint8",
+    "BOOL": "bool",
+}
+# Where a response may name what served it; the first one present wins.
+SERVED_BY_HEADERS = ("X-Mark-Served-By", "X-Served-By")
+_SPILLED_METRIC = re.compile(
+    r'^mark_requests_total\{model="(?P<model>[^"]+)",outcome="spilled"\}\s+(?P<n>[0-9.eE+-]+)$',
+    re.MULTILINE,
+)
+
+
+class LoadgenError(MarkError):
+    """Bad input to the load generator (a profile, a trace, a model the server lacks)."""
+
+
+# -- rate profiles -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateProfile:
+    """Requests per second over time: straight lines between (seconds, rate) points.
+
+    The first point is at 0 s, times strictly increase, and the run lasts
+    until the last point.
+    """
+
+    points: tuple[tuple[float, float], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.points) < 2:
+            raise LoadgenError(
+                f"a rate profile needs at least two points (e.g. 0:5,60:40), got {len(self.points)}"
+            )
+        times = [t for t, _ in self.points]
+        if times[0] != 0:
+            raise LoadgenError(f"a rate profile must start at 0 s, not {times[0]:g} s")
+        for a, b in itertools.pairwise(times):
+            if b <= a:
+                raise LoadgenError(f"profile times must increase: {b:g} s comes after {a:g} s")
+        for t, r in self.points:
+            if not (math.isfinite(t) and math.isfinite(r)) or r < 0:
+                raise LoadgenError(f"rate at {t:g} s is {r:g}; rates must be finite and >= 0")
+        if self.peak <= 0:
+            raise LoadgenError("every rate in the profile is 0: nothing would be sent")
+
+    @classmethod
+    def parse(cls, text: str) -> RateProfile:
+        """``"0:5,60:40,180:40,240:5"``: comma-separated seconds:requests-per-second."""
+        points = []
+        for item in text.split(","):
+            t, sep, r = item.strip().partition(":")
+            if not sep:
+                raise LoadgenError(
+                    f"profile point {item.strip()!r} is not SECONDS:RATE (e.g. 0:5,60:40,240:5)"
+                )
+            try:
+                points.append((float(t), float(r)))
+            except ValueError:
+                raise LoadgenError(
+                    f"profile point {item.strip()!r}: seconds and rate must be numbers"
+                ) from None
+        return cls(tuple(points))
+
+    @classmethod
+    def from_trace(
+        cls,
+        path: str | Path,
+        *,
+        speedup: float = 60.0,
+        scale: float = 1.0,
+        start_minute: int = 0,
+        minutes: int | None = None,
+    ) -> RateProfile:
+        """A trace's per-minute maximum rates, replayed ``speedup`` times faster.
+
+        With the default 60 a trace minute lasts one second. Missing minutes
+        (trace gaps) are interpolated, as the predictor does. ``scale``
+        multiplies every rate, so a busy trace fits one machine.
+        """
+        from predictor.base import fill_gaps
+        from predictor.traces import load_trace
+
+        if speedup <= 0 or scale <= 0:
+            raise LoadgenError(f"speedup and scale must be > 0, got {speedup:g} and {scale:g}")
+        try:
+            history = load_trace(path)
+        except Exception as exc:  # the trace loader's errors are one-line already
+            raise LoadgenError(str(exc)) from None
+        values = fill_gaps(history.values)[start_minute:]
+        if minutes is not None:
+            values = values[:minutes]
+        if values.size < 2:
+            raise LoadgenError(
+                f"{path}: fewer than 2 minutes left from minute {start_minute}; "
+                "choose an earlier start or more minutes"
+            )
+        step = 60.0 / speedup
+        return cls(tuple((k * step, float(v) * scale) for k, v in enumerate(values)))
+
+    @property
+    def duration(self) -> float:
+        return self.points[-1][0]
+
+    @property
+    def peak(self) -> float:
+        return max(r for _, r in self.points)
+
+    def rate(self, t: float | FloatArray) -> FloatArray:
+        """The profile's rate at time(s) ``t``; 0 outside [0, duration]."""
+        times = np.array([p[0] for p in self.points])
+        rates = np.array([p[1] for p in self.points])
+        out = np.interp(np.asarray(t, dtype=np.float64), times, rates, left=0.0, right=0.0)
+        return np.asarray(out, dtype=np.float64)
+
+    def expected_requests(self) -> float:
+        """The integral of the rate: how many requests a run sends on average."""
+        total = 0.0
+        for (t0, r0), (t1, r1) in itertools.pairwise(self.points):
+            total += (t1 - t0) * (r0 + r1) / 2.0
+        return total
+
+    def __str__(self) -> str:
+        return ",".join(f"{t:g}:{r:g}" for t, r in self.points)
+
+
+def arrival_times(profile: RateProfile, rng: np.random.Generator) -> FloatArray:
+    """Arrival offsets (s, sorted) of a Poisson process whose rate follows ``profile``.
+
+    Thinning (Lewis & Shedler): draw a homogeneous process at the peak rate
+    and keep each point with probability rate(t) / peak. Exact, and vectorised.
+    """
+    peak, span = profile.peak, profile.duration
+    n = int(rng.poisson(peak * span))
+    candidates = np.sort(rng.uniform(0.0, span, n))
+    keep = rng.uniform(0.0, peak, n) < profile.rate(candidates)
+    return np.asarray(candidates[keep], dtype=np.float64)
+
+
+# -- what the model takes ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """One model's input as its V2 metadata describes it (batch dimension dropped)."""
+
+    model: str
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    rt_max_ms: float | None = None
+
+    @property
+    def dtype(self) -> str:
+        return _V2_DTYPES[self.datatype]
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[str, Any]) -> ModelInput:
+        """Read ``GET /v2/models/{name}``; mark adds its SLO, other servers may not."""
+        try:
+            inp = meta["inputs"][0]
+            shape = [int(d) for d in inp["shape"]]
+            datatype = str(inp["datatype"])
+            name = str(meta["name"])
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise LoadgenError(
+                f"model metadata lacks inputs[0] name/shape/datatype ({exc})"
+            ) from None
+        if datatype not in _V2_DTYPES:
+            raise LoadgenError(
+                f"input datatype {datatype!r} is not supported; allowed: {', '.join(_V2_DTYPES)}"
+            )
+        if shape and shape[0] == -1:
+            shape = shape[1:]
+        if not shape or any(d <= 0 for d in shape):
+            raise LoadgenError(f"input shape {inp['shape']} has a variable or empty dimension")
+        slo = meta.get("slo")
+        rt = float(slo["rt_max_ms"]) if isinstance(slo, Mapping) and "rt_max_ms" in slo else None
+        return cls(name, str(inp.get("name", "input")), datatype, tuple(shape), rt)
+
+    def random_row(self, rng: np.random.Generator) -> NDArray[Any]:
+        """A valid instance: floats in [0, 1) (the demo model's scaled pixels), small ints."""
+        if self.dtype.startswith("float"):
+            return rng.random(self.shape).astype(self.dtype)
+        if self.dtype == "bool":
+            return rng.random(self.shape) < 0.5
+        high = 256 if self.dtype == "uint8" else 10
+        return rng.integers(0, high, self.shape).astype(self.dtype)
+
+    def body(self, row: NDArray[Any], api: Api) -> bytes:
+        """One request carrying one instance, as the chosen protocol wants it."""
+        if api == "v1":
+            return orjson.dumps({"instances": [row.tolist()]})
+        return orjson.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": self.name,
+                        "shape": [1, *self.shape],
+                        "datatype": self.datatype,
+                        "data": row.reshape(-1).tolist(),
+                    }
+                ]
+            }
+        )
+
+
+def endpoint(base_url: str, model: str, api: Api) -> str:
+    base = base_url.rstrip("/")
+    if api == "v1":
+        return f"{base}/v1/models/{model}:predict"
+    return f"{base}/v2/models/{model}/infer"
+
+
+async def fetch_model_input(
+    session: aiohttp.ClientSession, base_url: str, model: str
+) -> ModelInput:
+    url = f"{base_url.rstrip('/')}/v2/models/{model}"
+    try:
+        async with session.get(url) as r:
+            if r.status != 200:
+                raise LoadgenError(f"GET {url} answered {r.status}: {(await r.text())[:200]}")
+            meta = await r.json()
+    except aiohttp.ClientError as exc:
+        raise LoadgenError(f"cannot reach {url}: {exc}") from None
+    return ModelInput.from_metadata(meta)
+
+
+async def spilled_count(session: aiohttp.ClientSession, base_url: str, model: str) -> int | None:
+    """The daemon's own count of requests spilled to Lambda (``/metrics``), if it has one."""
+    try:
+        async with session.get(f"{base_url.rstrip('/')}/metrics") as r:
+            if r.status != 200:
+                return None
+            text = await r.text()
+    except aiohttp.ClientError:
+        return None
+    for m in _SPILLED_METRIC.finditer(text):
+        if m["model"] == model:
+            return int(float(m["n"]))
+    return None
+
+
+# -- outcomes and their summary --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One request: due at ``due_s`` into the run, sent at ``sent_s``; status 0 = no answer."""
+
+    due_s: float
+    sent_s: float
+    latency_s: float
+    status: int
+    served_by: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.error is None
+
+
+@dataclass(frozen=True)
+class Summary:
+    sent: int
+    ok: int
+    errors: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    within_rt_max: float | None  # of all sent: answered OK within RT_max
+    rt_max_ms: float | None
+    spilled: int | None
+    served_by: Mapping[str, int]
+    max_send_lag_ms: float  # how far behind schedule the generator fell
+
+    def lines(self) -> list[str]:
+        within = (
+            f"{self.within_rt_max:.1%} within RT_max {self.rt_max_ms:g} ms"
+            if self.within_rt_max is not None and self.rt_max_ms is not None
+            else "RT_max unknown"
+        )
+        spilled = "unknown" if self.spilled is None else str(self.spilled)
+        out = [
+            f"sent {self.sent}, ok {self.ok}, errors {self.errors}, spilled to Lambda {spilled}",
+            f"latency p50 {self.p50_ms:.1f} ms, p95 {self.p95_ms:.1f} ms, "
+            f"p99 {self.p99_ms:.1f} ms; {within}",
+            f"sender fell behind schedule by at most {self.max_send_lag_ms:.1f} ms",
+        ]
+        if self.served_by:
+            out.append(
+                "served by: " + ", ".join(f"{k} {v}" for k, v in sorted(self.served_by.items()))
+            )
+        return out
+
+
+def summarize(
+    outcomes: Sequence[Outcome], rt_max_ms: float | None, spilled: int | None = None
+) -> Summary:
+    """Percentiles over answered requests; ``spilled`` from the daemon when responses are silent."""
+    ok = [o for o in outcomes if o.ok]
+    lat = np.array([o.latency_s * 1000.0 for o in ok]) if ok else np.zeros(1)
+    p50, p95, p99 = (float(x) for x in np.percentile(lat, [50, 95, 99]))
+    served = Counter(o.served_by for o in outcomes if o.served_by is not None)
+    if served and spilled is None:
+        spilled = served.get("lambda", 0)
+    within = None
+    if rt_max_ms is not None and outcomes:
+        within = sum(o.latency_s * 1000.0 <= rt_max_ms for o in ok) / len(outcomes)
+    lag = max((o.sent_s - o.due_s for o in outcomes), default=0.0)
+    return Summary(
+        sent=len(outcomes),
+        ok=len(ok),
+        errors=len(outcomes) - len(ok),
+        p50_ms=p50,
+        p95_ms=p95,
+        p99_ms=p99,
+        within_rt_max=within,
+        rt_max_ms=rt_max_ms,
+        spilled=spilled,
+        served_by=dict(served),
+        max_send_lag_ms=max(0.0, lag) * 1000.0,
+    )
+
+
+@dataclass
+class LoadResult:
+    profile: RateProfile
+    model: ModelInput
+    api: Api
+    started_at: float  # wall-clock epoch seconds of offset 0
+    outcomes: list[Outcome] = field(default_factory=list)
+    summary: Summary | None = None
+
+
+def _served_by(headers: Mapping[str, str], payload: Any) -> str | None:
+    for h in SERVED_BY_HEADERS:
+        if h in headers:
+            return headers[h]
+    if isinstance(payload, dict):
+        for holder in (payload, payload.get("parameters")):
+            if isinstance(holder, dict) and isinstance(holder.get("served_by"), str):
+                return str(holder["served_by"])
+    return None
+
+
+# -- the run ---------------------------------------------------------------------
+
+
+ProgressFn = Callable[[float, int, int, int], None]
+"""Called about twice a second with (offset s, sent, ok, errors)."""
+
+
+async def run_load(
+    base_url: str,
+    model: str,
+    profile: RateProfile,
+    *,
+    api: Api = "v2",
+    seed: int = 0,
+    timeout_s: float = 30.0,
+    body_pool: int = 64,
+    progress: ProgressFn | None = None,
+) -> LoadResult:
+    """Send the profile's Poisson arrivals to one model; return every outcome and a summary."""
+    if api not in ("v1", "v2"):
+        raise LoadgenError(f"api {api!r} is not supported; allowed: v1, v2")
+    rng = np.random.default_rng(seed)
+    conn = aiohttp.TCPConnector(limit=0)  # open loop: the client must never be the queue
+    async with aiohttp.ClientSession(
+        connector=conn, timeout=aiohttp.ClientTimeout(total=timeout_s)
+    ) as session:
+        inp = await fetch_model_input(session, base_url, model)
+        bodies = [inp.body(inp.random_row(rng), api) for _ in range(body_pool)]
+        url = endpoint(base_url, model, api)
+        spilled_before = await spilled_count(session, base_url, model)
+        due = arrival_times(profile, rng)
+        loop = asyncio.get_running_loop()
+        result = LoadResult(profile, inp, api, started_at=time.time())
+        t0 = loop.time()
+        counts = {"ok": 0, "err": 0}
+
+        async def one(k: int, due_s: float) -> None:
+            sent = loop.time() - t0
+            status, served, error = 0, None, None
+            try:
+                async with session.post(
+                    url, data=bodies[k % len(bodies)], headers={"Content-Type": "application/json"}
+                ) as r:
+                    raw = await r.read()
+                    status = r.status
+                    payload = orjson.loads(raw) if raw else None
+                    served = _served_by(r.headers, payload)
+                    if status != 200:
+                        msg = payload.get("error") if isinstance(payload, dict) else None
+                        error = str(msg or raw[:200])
+            except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            latency = loop.time() - t0 - sent
+            o = Outcome(due_s, sent, latency, status, served, error)
+            result.outcomes.append(o)
+            counts["ok" if o.ok else "err"] += 1
+
+        async def report() -> None:
+            assert progress is not None
+            while True:
+                progress(loop.time() - t0, len(tasks), counts["ok"], counts["err"])
+                await asyncio.sleep(0.5)
+
+        tasks: list[asyncio.Task[None]] = []
+        reporter = asyncio.create_task(report()) if progress is not None else None
+        try:
+            for k, d in enumerate(due):
+                wait = t0 + float(d) - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                elif k % 64 == 0:
+                    await asyncio.sleep(0)  # behind schedule: still let answers in
+                tasks.append(asyncio.create_task(one(k, float(d))))
+            rest = t0 + profile.duration - loop.time()
+            if rest > 0:
+                await asyncio.sleep(rest)
+            await asyncio.gather(*tasks)
+        finally:
+            if reporter is not None:
+                reporter.cancel()
+            if progress is not None:
+                progress(loop.time() - t0, len(tasks), counts["ok"], counts["err"])
+        spilled_after = await spilled_count(session, base_url, model)
+    result.outcomes.sort(key=lambda o: o.due_s)
+    spilled = (
+        spilled_after - spilled_before
+        if spilled_before is not None and spilled_after is not None
+        else None
+    )
+    result.summary = summarize(result.outcomes, inp.rt_max_ms, spilled)
+    return result
+
+
+def rich_progress(total_s: float, profile: RateProfile) -> tuple[Any, ProgressFn]:
+    """A rich progress bar over the run's seconds, and the callback that advances it."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(
+        TextColumn("[bold]load[/]"),
+        BarColumn(),
+        TextColumn("{task.completed:>5.0f}/{task.total:.0f} s"),
+        TextColumn("{task.fields[rate]:>6.1f} r/s"),
+        TextColumn("sent {task.fields[sent]}  ok {task.fields[ok]}  errors {task.fields[err]}"),
+        TimeRemainingColumn(),
+    )
+    task = bar.add_task("load", total=total_s, rate=0.0, sent=0, ok=0, err=0)
+
+    def advance(t: float, sent: int, ok: int, err: int) -> None:
+        rate = float(profile.rate(min(t, profile.duration)))
+        bar.update(task, completed=min(t, total_s), rate=rate, sent=sent, ok=ok, err=err)
+
+    return bar, advance
