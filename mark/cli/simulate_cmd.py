@@ -261,13 +261,15 @@ def simulate(
         full = dict(doc, results=[r.to_json() for r in results])
         (out / "results.json").write_text(json.dumps(full, indent=1) + "\n")
         (out / "results.csv").write_text(_csv(results))
-        from mark.sim.plots import cost_bars, fleet_over_time, latency_ccdf
+        from mark.sim.plots import cost_bars, fleet_over_time, latency_ccdf, latency_over_time
 
         cost_bars(results, out / "cost.png", title)
         latency_ccdf(results, out / "latency-ccdf.png", title)
         fleet_over_time(results, out / "fleet.png", title)
+        latency_over_time(results, out / "latency.png", title)
         err_console.print(
-            f"wrote {out}/results.json, results.csv, cost.png, latency-ccdf.png, fleet.png"
+            f"wrote {out}/results.json, results.csv, cost.png, latency-ccdf.png, fleet.png, "
+            "latency.png"
         )
     if fmt == "json":
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")

@@ -92,3 +92,34 @@ def fleet_over_time(results: Sequence[PolicyResult], path: Path, title: str = ""
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def latency_over_time(
+    results: Sequence[PolicyResult], path: Path, title: str = "", mark_at_min: float | None = None
+) -> Path:
+    """Per-minute p99 latency (log scale) with RT_max, like the paper's Fig. 9."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for r in results:
+        if not r.per_minute:
+            continue
+        t0 = r.per_minute[0][0]
+        ax.plot(
+            [(m[0] - t0) / 60 for m in r.per_minute],
+            [max(m[2], 1.0) for m in r.per_minute],
+            lw=1,
+            label=r.policy,
+        )
+    if results:
+        ax.axhline(results[0].rt_max_ms, color="k", linestyle="--", lw=1, label="RT_max")
+    if mark_at_min is not None:
+        ax.axvline(mark_at_min, color="grey", linestyle=":", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("p99 latency (ms)")
+    ax.set_title(title or "latency over time")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -41,6 +41,8 @@ class PolicyResult:
     load_t0: float = 0.0
     ccdf: Sequence[tuple[float, float]] = field(default=(), repr=False)  # (ms, P[L > ms])
     extra: Mapping[str, Any] = field(default_factory=dict)
+    per_minute: Sequence[tuple[float, int, float, float]] = field(default=(), repr=False)
+    """(minute start, requests, p99 ms, share within RT_max) for latency over time."""
 
     @property
     def total_cost(self) -> float:
@@ -77,6 +79,7 @@ class PolicyResult:
         d = self.row()
         d["ccdf"] = [list(p) for p in self.ccdf]
         d["timeline"] = [list(r) for r in self.timeline]
+        d["per_minute"] = [list(r) for r in self.per_minute]
         return d
 
 
@@ -111,6 +114,7 @@ def summarise(
     load: Sequence[float],
     load_t0: float,
     extra: Mapping[str, Any],
+    arrivals: NDArray[np.float64] | None = None,
 ) -> PolicyResult:
     lat = np.where(np.isnan(latencies), math.inf, latencies)  # never served = missed
     n = int(lat.shape[0])
@@ -140,7 +144,27 @@ def summarise(
         load_t0=load_t0,
         ccdf=_ccdf(ms),
         extra=dict(extra),
+        per_minute=_per_minute(arrivals, lat, rt_max_s) if arrivals is not None else [],
     )
+
+
+def _per_minute(
+    arrivals: NDArray[np.float64], lat: NDArray[np.float64], rt_max_s: float
+) -> list[tuple[float, int, float, float]]:
+    if arrivals.shape[0] == 0:
+        return []
+    t0 = float(arrivals[0]) - float(arrivals[0]) % 60
+    minute = ((arrivals - t0) // 60).astype(np.int64)
+    bounds = np.searchsorted(minute, np.arange(minute[-1] + 2))
+    out = []
+    for k in range(bounds.shape[0] - 1):
+        x = lat[bounds[k] : bounds[k + 1]]
+        if x.shape[0] == 0:
+            continue
+        p99 = float(np.quantile(x, 0.99, method="higher")) * 1000.0
+        within = float(np.count_nonzero(x <= rt_max_s + 1e-9)) / x.shape[0]
+        out.append((t0 + 60.0 * k, int(x.shape[0]), round(min(p99, 1e9), 1), round(within, 5)))
+    return out
 
 
 def as_dict(r: PolicyResult) -> dict[str, Any]:

@@ -560,6 +560,7 @@ class Simulation:
             load=self.true_load(),
             load_t0=self.t_begin,
             extra=self._extra(),
+            arrivals=self.arrivals[first:],
         )
 
     def _extra(self) -> dict[str, float | int | bool | str]:
