@@ -216,7 +216,9 @@ class Agent:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.add_routes([web.post("/v1/batch", self.handle_batch), web.get("/health", self.health)])
-        app.on_shutdown.append(self._shutdown)
+        # On cleanup, not shutdown: aiohttp still answers requests in flight (and ones
+        # arriving on kept-alive connections) between the two, and they need the runner.
+        app.on_cleanup.append(self._shutdown)
         return app
 
     async def _shutdown(self, _: web.Application) -> None:

@@ -208,10 +208,50 @@ class PredictorSpec(_Strict):
 
 
 class AwsSpec(_Strict):
+    """The aws world: what the CloudFormation stack's outputs name (see ``infra/``)."""
+
     region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
     endpoint_url: str | None = Field(
-        default=None, pattern=r"^https?://", description="e.g. a moto server"
+        default=None, pattern=r"^https?://", description="e.g. a moto server; None: AWS"
     )
+    cluster: str = Field(
+        default="default",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/=+@-]{0,62}$",
+        description="value of the mark:cluster tag on everything this daemon owns",
+    )
+    launch_template_id: str | None = Field(default=None, description="workers' launch template")
+    launch_template_name: str | None = Field(default=None, description="or its name")
+    launch_template_version: str = "$Latest"
+    subnet_ids: tuple[str, ...] = Field(
+        default=(),
+        description="subnets to launch into, tried in turn on no capacity; empty: the "
+        "template's network interfaces decide",
+    )
+    agent_port: int = Field(default=8500, ge=1, le=65535, description="every agent's port")
+    boot_s: float = Field(default=120.0, ge=0, description="launch to agent serving, planned")
+    interruption_queue_url: str | None = Field(
+        default=None, pattern=r"^https?://", description="SQS queue fed by the EventBridge rule"
+    )
+    spill_function: str | None = Field(default=None, description="the Lambda spill function")
+    spill_qualifier: str | None = Field(default=None, description="its alias or version")
+    spill_memory_mb: int = Field(default=2048, ge=128, le=10240, description="as deployed")
+    spill_provisioned_concurrency: int = Field(
+        default=0, ge=0, description="set on spill_qualifier at start when above 0"
+    )
+    spill_warm_concurrency: int = Field(
+        default=1, ge=0, le=1000, description="runtimes pinged warm at start"
+    )
+    lambda_endpoint_url: str | None = Field(
+        default=None, pattern=r"^https?://", description="default: endpoint_url"
+    )
+    metrics: bool = Field(default=True, description="publish CloudWatch metrics")
+    metrics_period_s: float = Field(default=60.0, ge=1.0, le=3600.0)
+
+    @model_validator(mode="after")
+    def _one_template(self) -> AwsSpec:
+        if self.launch_template_id is not None and self.launch_template_name is not None:
+            raise ValueError("give launch_template_id or launch_template_name, not both")
+        return self
 
 
 class LocalSpec(_Strict):

@@ -3,8 +3,13 @@
 In the local world (the default) the daemon starts an embedded moto server as
 EC2, launches through the same ``AwsFleet`` adapter it uses on AWS, turns each
 running instance into an agent process, and spills to real awslambdaric
-runtimes. Telemetry is flushed to the store every P_s and Lambda charges to the
-ledger; the control loop runs every P_u.
+runtimes. In the aws world (``mark.cloud.aws.world``) the same daemon launches
+through the stack's launch template, finds agents at their instances' private
+addresses, hears spot notices from SQS and from the agents' IMDS polls, spills
+to the Lambda function and publishes CloudWatch metrics. In both, a (re)start
+first adopts the fleet this cluster's tags say it owns. Telemetry is flushed to
+the store every P_s and Lambda charges to the ledger; the control loop runs
+every P_u.
 """
 
 from __future__ import annotations
@@ -27,13 +32,20 @@ from bouncer.runner import ModelRunner
 from mark.api.app import Served, build_app
 from mark.catalog import Market, load_catalog
 from mark.clock import WallClock
+from mark.cloud.aws.world import AwsWorld
 from mark.cloud.local.agents import AgentModel, default_slowdown
 from mark.cloud.local.world import LocalWorld
 from mark.config import ModelSpec, Settings
-from mark.controller import PROFILE_BATCHES, Controller, build_options, online_predictor
+from mark.controller import (
+    LIVE,
+    PROFILE_BATCHES,
+    Controller,
+    build_options,
+    online_predictor,
+)
 from mark.demo import DEMO_SOURCE, ensure_demo_model
 from mark.dispatcher import Backend, Dispatcher
-from mark.errors import ConfigError
+from mark.errors import ConfigError, UnknownOffering
 from mark.state import SqlStore, open_store
 from mark.telemetry import Telemetry
 from provisioner.batching import tune_batching
@@ -72,7 +84,7 @@ class Running:
 
     settings: Settings
     store: SqlStore
-    world: LocalWorld
+    world: LocalWorld | AwsWorld
     session: aiohttp.ClientSession
     models: dict[str, Served]
     runner: web.AppRunner
@@ -91,10 +103,29 @@ async def _flush(run: Running, everything: bool = False) -> None:
             await run.store.add_arrivals(windows)
         for r in rollups:
             await run.store.add_latency_rollup(r)
+        if isinstance(run.world, AwsWorld) and run.world.metrics is not None:
+            run.world.metrics.observe(windows, rollups)
     if run.world.serverless is not None:
         charges = run.world.serverless.take_charges()
         if charges:
             await run.store.add_charges(charges)
+
+
+async def _publish_metrics(run: Running) -> None:
+    """One CloudWatch period: arrivals and SLO from telemetry, cost of the live fleet now."""
+    world = run.world
+    if not isinstance(world, AwsWorld) or world.metrics is None or world.agents is None:
+        return
+    catalog = run.controller.catalog if run.controller is not None else load_catalog()
+    cost: dict[str, float] = {name: 0.0 for name in run.models}
+    for inst in world.agents.instances:
+        if inst.state in LIVE and inst.model in cost:
+            try:
+                cost[inst.model] += catalog.offering(inst.instance_type, inst.market).price_per_hour
+            except UnknownOffering:
+                continue
+    world.metrics.set_cost_rate(cost)
+    await world.metrics.publish(WallClock().now())
 
 
 async def _every(seconds: float, what: str, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -146,29 +177,33 @@ async def _handle_interruptions(run: Running) -> None:
 
 
 async def start(settings: Settings) -> Running:
-    if settings.world != "local":
+    if settings.world not in ("local", "aws"):
         raise ConfigError(
-            f"world {settings.world!r} cannot run as a daemon yet; use 'local' "
+            f"world {settings.world!r} cannot run as a daemon; use 'local' or 'aws' "
             "(the simulator runs the sim world)"
         )
     store = await open_store(settings.db_url, upgrade=True)
     clock = WallClock()
     catalog = load_catalog()
     sources = {m.name: resolve_source(m, settings.data_dir) for m in settings.models}
-    world = LocalWorld(
-        settings.aws.region,
-        catalog,
-        {
-            m.name: AgentModel(sources[m.name], tuple(m.input.shape), m.input.dtype)
-            for m in settings.models
-        },
-        clock.now,
-        boot_delay_s=settings.local.boot_delay_s,
-        lambda_env={"MARK_DATA_DIR": str(settings.data_dir)},
-        lambda_concurrency=settings.local.lambda_concurrency,
-        lambda_memory_mb=settings.local.lambda_memory_mb,
-        slowdown=settings.local.slowdown,
-    )
+    world: LocalWorld | AwsWorld
+    if settings.world == "aws":
+        world = AwsWorld(settings, clock.now)
+    else:
+        world = LocalWorld(
+            settings.aws.region,
+            catalog,
+            {
+                m.name: AgentModel(sources[m.name], tuple(m.input.shape), m.input.dtype)
+                for m in settings.models
+            },
+            clock.now,
+            boot_delay_s=settings.local.boot_delay_s,
+            lambda_env={"MARK_DATA_DIR": str(settings.data_dir)},
+            lambda_concurrency=settings.local.lambda_concurrency,
+            lambda_memory_mb=settings.local.lambda_memory_mb,
+            slowdown=settings.local.slowdown,
+        )
     try:
         await world.start()
     except BaseException:
@@ -202,8 +237,12 @@ async def start(settings: Settings) -> Running:
     host, port = runner.addresses[0][:2]
     run = Running(settings, store, world, session, models, runner, f"http://{host}:{port}")
 
-    if settings.local.control_loop and world.fleet is not None:
-        slowdown = default_slowdown(catalog, settings.local.slowdown)
+    aws = isinstance(world, AwsWorld)
+    if (aws or settings.local.control_loop) and world.fleet is not None:
+        # Planning estimate: this machine's T_b stretched per type (local: as emulated;
+        # aws: the documented default rule, until a profile per type is measured).
+        slowdown = default_slowdown(catalog, None if aws else settings.local.slowdown)
+        boot_s = settings.aws.boot_s if aws else settings.local.boot_delay_s + 5.0
         options = {}
         standby_capacity = {}
         for m in settings.models:
@@ -216,7 +255,7 @@ async def start(settings: Settings) -> Running:
                 settings.offerings.standby_types[:1],
                 [Market.ON_DEMAND],
                 latency,
-                boot_s=settings.local.boot_delay_s,
+                boot_s=boot_s,
             )
             standby_capacity[m.name] = standby[0].capacity_rps if standby else 0.0
             options[m.name] = build_options(
@@ -225,14 +264,14 @@ async def start(settings: Settings) -> Running:
                 settings.offerings.types,
                 settings.offerings.markets,
                 latency,
-                boot_s=settings.local.boot_delay_s + 5.0,
+                boot_s=boot_s,
             )
         run.controller = Controller(
             settings,
             world.fleet,
             store,
             options,
-            boot_s=settings.local.boot_delay_s + 5.0,
+            boot_s=boot_s,
             predictors={m.name: online_predictor(settings) for m in settings.models},
             standby_capacity=standby_capacity,
         )
@@ -246,6 +285,11 @@ async def start(settings: Settings) -> Running:
         if world.interruptions is not None:
             run.tasks.append(asyncio.create_task(world.interruptions.run()))
     run.tasks.append(asyncio.create_task(_every(1.0, "agent sync", lambda: _sync_backends(run))))
+    if isinstance(world, AwsWorld) and world.metrics is not None:
+        period = settings.aws.metrics_period_s
+        run.tasks.append(
+            asyncio.create_task(_every(period, "CloudWatch metrics", lambda: _publish_metrics(run)))
+        )
     run.tasks.append(
         asyncio.create_task(
             _every(settings.timings.sample_window_s, "telemetry flush", lambda: _flush(run))
@@ -267,6 +311,8 @@ async def stop(run: Running) -> None:
             await served.dispatcher.close()
     with contextlib.suppress(Exception):
         await _flush(run, everything=True)
+    with contextlib.suppress(Exception):
+        await _publish_metrics(run)  # the last, partial period too
     await run.runner.cleanup()
     await run.session.close()
     await run.world.close()

@@ -181,6 +181,7 @@ class AwsFleet(OwnedClient):
         launch_template: LaunchTemplateRef | LaunchSpec | None = None,
         *,
         user_data: UserData = None,
+        subnet_ids: Sequence[str] = (),
         clock: Clock | None = None,
         retry: RetryPolicy | None = None,
         client: Any = None,
@@ -190,6 +191,7 @@ class AwsFleet(OwnedClient):
         self.cluster = cluster
         self.launch_template = launch_template
         self.user_data = user_data
+        self.subnet_ids = tuple(subnet_ids)
         self.clock: Clock = clock if clock is not None else WallClock()
         self.retry = retry if retry is not None else RetryPolicy()
         self._client: Any = client
@@ -232,8 +234,18 @@ class AwsFleet(OwnedClient):
                 _check_same_launch(existing, request, token)
                 return existing
             tags = self._tags(request, token)
-            resp = await self._call("run_instances", **self._run_params(request, token, tags))
-            return [_info(inst, tags) for inst in resp.get("Instances", [])]
+            subnets = self._subnet_order(token)
+            for k, subnet in enumerate(subnets):
+                try:
+                    resp = await self._call(
+                        "run_instances", **self._run_params(request, token, tags, subnet)
+                    )
+                except InsufficientCapacity:
+                    if k + 1 == len(subnets):
+                        raise
+                    continue  # another subnet is another Availability Zone's capacity
+                return [_info(inst, tags) for inst in resp.get("Instances", [])]
+            raise AssertionError("unreachable: the loop returns or raises")
 
     async def terminate(self, instance_ids: Sequence[str]) -> None:
         """Terminate instances this cluster owns; ``NotOwned`` (and nothing done) otherwise."""
@@ -391,8 +403,21 @@ class AwsFleet(OwnedClient):
             TAG_CLIENT_TOKEN: token,
         }
 
+    def _subnet_order(self, token: str) -> builtins.list[str | None]:
+        """Subnets to try, starting at one fixed by the token: launches spread over the
+        zones, and a repeated launch tries the same subnet (and EC2 token) first."""
+        if not self.subnet_ids:
+            return [None]  # the launch template's network interfaces decide
+        n = len(self.subnet_ids)
+        first = int(hashlib.sha256(token.encode()).hexdigest(), 16) % n
+        return [self.subnet_ids[(first + k) % n] for k in range(n)]
+
     def _run_params(
-        self, request: LaunchRequest, token: str, tags: Mapping[str, str]
+        self,
+        request: LaunchRequest,
+        token: str,
+        tags: Mapping[str, str],
+        subnet: str | None = None,
     ) -> dict[str, Any]:
         if self.launch_template is None:
             raise ConfigError("AwsFleet needs a launch template or a LaunchSpec to launch")
@@ -402,12 +427,15 @@ class AwsFleet(OwnedClient):
             "InstanceType": request.instance_type,
             "MinCount": request.count,
             "MaxCount": request.count,
-            "ClientToken": ec2_client_token(self.cluster, token),
+            # Per subnet: a launch refused in one zone is a different request in the next.
+            "ClientToken": ec2_client_token(self.cluster, f"{token}/{subnet or ''}"),
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": tag_list},
                 {"ResourceType": "volume", "Tags": tag_list},
             ],
         }
+        if subnet is not None:
+            params["SubnetId"] = subnet
         if request.market is Market.SPOT:
             params["InstanceMarketOptions"] = {
                 "MarketType": "spot",

@@ -365,3 +365,63 @@ async def test_other_errors_keep_their_code() -> None:
 async def test_an_unopened_fleet_says_so() -> None:
     with pytest.raises(CloudError, match="not open"):
         await AwsFleet(REGION, launch_template=LaunchSpec("ami-1")).list()
+
+
+class _ZonalEc2(FakeEc2):
+    """No capacity in the first subnet tried; records where each RunInstances went."""
+
+    def __init__(self, full: set[str]) -> None:
+        super().__init__([])
+        self.full = full
+        self.subnets: list[str] = []
+        self.tokens: list[str] = []
+
+    async def run_instances(self, **kwargs: Any) -> dict[str, Any]:
+        self.subnets.append(kwargs["SubnetId"])
+        self.tokens.append(kwargs["ClientToken"])
+        if kwargs["SubnetId"] in self.full:
+            self.failures = ["InsufficientInstanceCapacity"]
+        return await super().run_instances(**kwargs)
+
+
+async def test_no_capacity_in_one_subnet_tries_the_next_then_gives_up() -> None:
+    subnets = ["subnet-a", "subnet-b", "subnet-c"]
+    client = _ZonalEc2(full=set())
+    fleet = AwsFleet(
+        REGION,
+        cluster="unit",
+        launch_template=LaunchSpec("ami-1"),
+        client=client,
+        subnet_ids=subnets,
+        clock=ManualClock(),
+    )
+    await fleet.launch(REQ, client_token="tok")
+    first = client.subnets[0]
+
+    # The same token starts in the same subnet; a full zone moves on to the next.
+    client = _ZonalEc2(full={first})
+    fleet._client = client
+    [info] = await fleet.launch(REQ, client_token="tok")
+    assert info.instance_id == "i-fake" and client.subnets[0] == first
+    assert len(client.subnets) == 2 and client.subnets[1] != first
+    assert len(set(client.tokens)) == 2 and all(len(t) <= 64 for t in client.tokens)
+
+    client = _ZonalEc2(full=set(subnets))
+    fleet._client = client
+    with pytest.raises(InsufficientCapacity):
+        await fleet.launch(REQ, client_token="tok")
+    assert sorted(client.subnets) == subnets
+
+
+async def test_subnets_given_to_the_fleet_are_where_instances_land(
+    aws_env: str, ec2: Any, ami: str, cluster: str
+) -> None:
+    vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]
+    sub = ec2.create_subnet(VpcId=vpc, CidrBlock="10.77.1.0/24")["Subnet"]["SubnetId"]
+    async with AwsFleet(
+        REGION, aws_env, cluster=cluster, launch_template=LaunchSpec(ami), subnet_ids=[sub]
+    ) as fleet:
+        [info] = await fleet.launch(LaunchRequest("resnet", "c5.large", Market.ON_DEMAND))
+    raw = _instance(ec2, info.instance_id)
+    assert raw["SubnetId"] == sub and raw["PrivateIpAddress"].startswith("10.77.1.")
+    assert info.address == raw["PrivateIpAddress"]

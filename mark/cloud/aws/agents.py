@@ -1,0 +1,103 @@
+"""Where the aws world's agents are: each running instance's private address on the agent port.
+
+Every worker runs the instance agent on one fixed port (the launch template's
+user data starts it; ``infra/``), and the security group lets only the
+controller reach it. So the frontend needs no registration protocol: it lists
+the fleet, and an instance whose ``http://{private IP}:{port}/health`` answers
+is a backend, with the batch latencies the agent measured on its own hardware.
+An instance that stops answering is dropped until it answers again.
+
+The same poll carries the agent's view of the instance metadata service: when
+``/health`` shows a ``spot_action`` (IMDS ``spot/instance-action``), an
+``InterruptionNotice`` goes to ``on_notice`` once per instance, the same stream
+the EventBridge → SQS notices feed; the controller ignores a repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import aiohttp
+
+from bouncer.latency import BatchLatency
+from mark.ports import Fleet, InstanceInfo, InstanceState, InterruptionNotice, NoticeKind
+
+log = logging.getLogger("mark.aws.agents")
+
+RUNNING = {InstanceState.RUNNING, InstanceState.READY}
+
+
+@dataclass
+class RemoteAgent:
+    instance: InstanceInfo
+    url: str
+    latency: BatchLatency
+
+
+@dataclass
+class AgentDirectory:
+    fleet: Fleet
+    port: int
+    on_notice: Callable[[InterruptionNotice], None]
+    clock: Callable[[], float]
+    timeout_s: float = 2.0
+    agents: dict[str, RemoteAgent] = field(default_factory=dict)
+    instances: list[InstanceInfo] = field(default_factory=list)  # the last listing
+    _noticed: set[str] = field(default_factory=set)
+    _session: aiohttp.ClientSession | None = None
+
+    async def sync(self) -> None:
+        """List the fleet and ask every running instance's agent whether it serves."""
+        self.instances = await self.fleet.list()
+        running = [i for i in self.instances if i.state in RUNNING and i.address]
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
+        answers = await asyncio.gather(*(self._health(i) for i in running))
+        self.agents = {a.instance.instance_id: a for a in answers if a is not None}
+        live = {i.instance_id for i in self.instances}
+        self._noticed &= live  # forget instances that are gone
+
+    async def _health(self, inst: InstanceInfo) -> RemoteAgent | None:
+        assert self._session is not None
+        url = f"http://{inst.address}:{self.port}"
+        try:
+            async with self._session.get(f"{url}/health") as r:
+                if r.status != 200:
+                    return None
+                body = await r.json()
+            latency = BatchLatency.from_mapping(
+                {int(b): float(t) for b, t in body["batch_latency_s"]}
+            )
+        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+            return None  # not up yet, or gone: not a backend this round
+        action = body.get("spot_action")
+        if isinstance(action, dict) and inst.instance_id not in self._noticed:
+            self._noticed.add(inst.instance_id)
+            now = self.clock()
+            self.on_notice(
+                InterruptionNotice(
+                    inst.instance_id, NoticeKind.INTERRUPTION, now, _time(action.get("time"))
+                )
+            )
+            log.warning("agent on %s reports a spot %s", inst.instance_id, action)
+        return RemoteAgent(inst, url, latency)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _time(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -1,0 +1,105 @@
+"""The aws world: the adapters a daemon on AWS runs, wired from ``Settings.aws``.
+
+EC2 through ``AwsFleet`` (the stack's worker launch template, this cluster's
+tags), spot notices from the stack's SQS queue, agents found at their
+instances' private addresses, the spill function through ``AwsLambda``, and
+CloudWatch metrics. ``aws.endpoint_url`` points every client somewhere else (a
+moto server in the tests) and ``aws.lambda_endpoint_url`` the Lambda client
+alone (the Invoke stand-in); nothing here knows or asks which it is talking to.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mark.cloud.aws.agents import AgentDirectory
+from mark.cloud.aws.fleet import AwsFleet, LaunchTemplateRef
+from mark.cloud.aws.interruptions import SqsInterruptionSource
+from mark.cloud.aws.lambda_ import AwsLambda
+from mark.cloud.aws.metrics import CloudWatchMetrics
+from mark.config import Settings
+from mark.errors import CloudError, ConfigError
+
+log = logging.getLogger("mark.aws")
+
+
+@dataclass
+class AwsWorld:
+    settings: Settings
+    clock: Callable[[], float]
+    fleet: AwsFleet | None = None
+    agents: AgentDirectory | None = None
+    serverless: AwsLambda | None = None
+    interruptions: SqsInterruptionSource | None = None
+    metrics: CloudWatchMetrics | None = None
+
+    @property
+    def models(self) -> list[str]:
+        return [m.name for m in self.settings.models]
+
+    async def start(self) -> None:
+        aws = self.settings.aws
+        if aws.launch_template_id is None and aws.launch_template_name is None:
+            raise ConfigError(
+                "world 'aws' needs aws.launch_template_id (the stack's WorkerLaunchTemplateId) "
+                "or aws.launch_template_name"
+            )
+        template = LaunchTemplateRef(
+            name=aws.launch_template_name,
+            id=aws.launch_template_id,
+            version=aws.launch_template_version,
+        )
+        self.fleet = AwsFleet(
+            aws.region, aws.endpoint_url, aws.cluster, template, subnet_ids=aws.subnet_ids
+        )
+        await self.fleet.open()
+        self.agents = AgentDirectory(self.fleet, aws.agent_port, self.fleet.notify, self.clock)
+        if aws.interruption_queue_url is not None:
+            self.interruptions = SqsInterruptionSource(
+                aws.interruption_queue_url,
+                self.fleet.notify,
+                region=aws.region,
+                endpoint_url=aws.endpoint_url,
+            )
+            await self.interruptions.open()
+        else:
+            log.warning("no aws.interruption_queue_url: spot notices only from agents (IMDS)")
+        if aws.spill_function is not None:
+            self.serverless = AwsLambda(
+                aws.spill_function,
+                region=aws.region,
+                endpoint_url=aws.lambda_endpoint_url or aws.endpoint_url,
+                qualifier=aws.spill_qualifier,
+                # No model source in the event: a path on this machine means nothing in
+                # Lambda; the deployed function knows its model (MARK_MODEL_SOURCE).
+                memory_mb=aws.spill_memory_mb,
+                provisioned_concurrency=aws.spill_provisioned_concurrency,
+            )
+            await self.serverless.open()
+            await self.serverless.ensure_provisioned_concurrency()
+            for model in self.models:
+                try:
+                    await self.serverless.warm_up(model, aws.spill_warm_concurrency)
+                except CloudError as exc:  # a cold spill is slower, not broken
+                    log.warning("warming the spill function for %s failed: %s", model, exc)
+        else:
+            log.warning("no aws.spill_function: requests no instance can take will fail")
+        if aws.metrics:
+            self.metrics = CloudWatchMetrics(
+                self.models,
+                cluster=aws.cluster,
+                region=aws.region,
+                endpoint_url=aws.endpoint_url,
+            )
+            await self.metrics.open()
+
+    async def close(self) -> None:
+        """Close every client; instances keep running (a restart adopts them)."""
+        for part in (self.agents, self.metrics, self.serverless, self.interruptions, self.fleet):
+            if part is not None:
+                try:
+                    await part.close()
+                except Exception:  # closing one client must not leave the others open
+                    log.exception("closing %s failed", type(part).__name__)
