@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import typer
 
@@ -28,3 +29,136 @@ def build(
         f"test accuracy {trained.test_accuracy:.1%} on {trained.test_size} held-out images "
         f"(trained on {trained.train_size}); saved to {path}"
     )
+
+
+FORECASTERS = ("lstm", "last", "config")
+
+
+@app.command("ramp")
+def ramp(
+    ctx: typer.Context,
+    profile: str | None = typer.Option(
+        None,
+        help="rate profile SECONDS:RPS,... (straight lines between points); "
+        "default 0:4,60:4,240:60,360:60,480:4,780:4",
+    ),
+    trace: Path | None = typer.Option(
+        None, help="replay a trace file instead of --profile (see --speedup, --scale)"
+    ),
+    speedup: float = typer.Option(60.0, min=0.001, help="--trace: replay this many times faster"),
+    scale: float = typer.Option(1.0, min=0.0001, help="--trace: multiply every rate by this"),
+    forecaster: str = typer.Option(
+        "lstm",
+        help="lstm: trained offline on earlier, jittered repetitions of the same profile shape; "
+        "last: repeat the last minute's max; config: the configured predictor untouched "
+        "(its cold start is 1.2 x the highest rate seen, so nothing is retired)",
+    ),
+    update_period: float = typer.Option(
+        60.0, min=1.0, help="P_u in seconds (the loop's history is per whole minute: keep 60)"
+    ),
+    cooldown: float = typer.Option(90.0, min=0.0, help="cool-down before retiring (s)"),
+    boot_delay: float = typer.Option(5.0, min=0.0, help="local world: launch to agent start (s)"),
+    slowdown: float = typer.Option(
+        200.0, min=1.0, help="c5.large emulated this many times slower than this machine"
+    ),
+    api: str = typer.Option("v2", help="v1 (TF-Serving) or v2 (Open Inference Protocol)"),
+    seed: int = typer.Option(0, help="seed of the arrivals (and of the lstm's training data)"),
+    out: Path = typer.Option(
+        Path("ramp-demo"), help="directory for ramp.png, timeline.md and the run's store ramp.db"
+    ),
+) -> None:
+    """Ramp load up and down against the local world and show what the control loop did.
+
+    Starts the daemon in-process (embedded moto EC2, agent processes, local
+    Lambda) with demo timings: one instance type (c5.large, slowed so a few of
+    them carry the ramp), τ = P_u, a short cool-down, the 60 s EC2 billing
+    minimum kept. An open-loop Poisson load generator follows the profile.
+    Then, per control step: forecast, load seen, instances pending/serving and
+    the launch/retire decisions from the store; for each launch whether it came
+    ahead of the load it was for, for each retirement how long after the load
+    fell. The forecaster is never told the schedule. Takes about 14 minutes
+    with the defaults.
+    """
+    from mark.cli.context import fail, run_async, state
+    from mark.config import load_settings, parse_overrides
+    from mark.loadgen import Api, LoadgenError, RateProfile, rich_progress
+    from mark.ramp_demo import (
+        DEFAULT_PROFILE,
+        ForecasterChoice,
+        deep_merge,
+        demo_overrides,
+        forecaster_overrides,
+        format_report,
+        plot,
+        prepare_forecaster,
+        run_ramp,
+    )
+
+    if forecaster not in FORECASTERS:
+        fail(f"--forecaster {forecaster!r} is not known; allowed: {', '.join(FORECASTERS)}")
+    if api not in ("v1", "v2"):
+        fail(f"--api {api!r} is not known; allowed: v1, v2")
+    if trace is not None and profile is not None:
+        fail("give --profile or --trace, not both")
+    try:
+        shape = (
+            RateProfile.from_trace(trace, speedup=speedup, scale=scale)
+            if trace is not None
+            else RateProfile.parse(profile or DEFAULT_PROFILE)
+        )
+    except LoadgenError as exc:
+        fail(str(exc))
+    cli = state(ctx)
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "ramp.db"
+    db.unlink(missing_ok=True)  # each run its own store: the timeline is this run's only
+    demo = demo_overrides(
+        update_period_s=update_period,
+        cooldown_s=cooldown,
+        boot_delay_s=boot_delay,
+        slowdown=slowdown,
+    )
+    demo["database_url"] = f"sqlite:///{db.resolve()}"
+    user = parse_overrides(cli.overrides)
+    settings = load_settings(cli.config_file, deep_merge(demo, user))
+    if settings.world != "local":
+        fail(f"the ramp demo runs in the local world, not {settings.world!r}")
+    with console.status(f"preparing the forecaster ({forecaster})..."):
+        from mark.demo import ensure_demo_model
+
+        ensure_demo_model(settings.data_dir)
+        model_file = prepare_forecaster(
+            cast("ForecasterChoice", forecaster),
+            shape,
+            settings.data_dir,
+            settings.timings.window_steps,
+            seed,
+        )
+    if model_file is not None:
+        settings = load_settings(
+            cli.config_file, deep_merge(deep_merge(demo, forecaster_overrides(model_file)), user)
+        )
+    t = settings.timings
+    console.print(
+        f"profile {shape} ({shape.duration:.0f} s, ~{shape.expected_requests():.0f} requests); "
+        f"P_u {t.update_period_s:g} s, τ {t.lead_time_s:g} s, cool-down {t.cooldown_s:g} s, "
+        f"billing minimum {t.billing_minimum_s:g} s, boot delay {settings.local.boot_delay_s:g} s; "
+        f"forecaster {forecaster}" + (f" ({model_file})" if model_file else ""),
+        highlight=False,
+    )
+    console.print(
+        "starting the daemon just before a minute boundary (the loop's history is per minute)..."
+    )
+    bar, advance = rich_progress(shape.duration, shape)
+    with bar:
+        result = run_async(
+            run_ramp(settings, shape, seed=seed, api=cast("Api", api), progress=advance)
+        )
+    assert result.load.summary is not None
+    for line in result.load.summary.lines():
+        console.print(line, highlight=False)
+    report = format_report(result)
+    console.print(report, highlight=False, soft_wrap=True)
+    (out / "timeline.md").write_text(report + "\n")
+    png = plot(result, out / "ramp.png")
+    console.print(f"wrote {png}, {out / 'timeline.md'} and the store {db}", highlight=False)
