@@ -318,6 +318,7 @@ class Summary:
     spilled: int | None
     served_by: Mapping[str, int]
     max_send_lag_ms: float  # how far behind schedule the generator fell
+    error_kinds: Mapping[str, int] = field(default_factory=dict)  # HTTP status or exception
 
     def lines(self) -> list[str]:
         within = (
@@ -332,6 +333,9 @@ class Summary:
             f"p99 {self.p99_ms:.1f} ms; {within}",
             f"sender fell behind schedule by at most {self.max_send_lag_ms:.1f} ms",
         ]
+        if self.error_kinds:
+            kinds = sorted(self.error_kinds.items(), key=lambda kv: -kv[1])
+            out.append("errors: " + ", ".join(f"{k} x{v}" for k, v in kinds))
         if self.served_by:
             out.append(
                 "served by: " + ", ".join(f"{k} {v}" for k, v in sorted(self.served_by.items()))
@@ -353,6 +357,11 @@ def summarize(
     if rt_max_ms is not None and outcomes:
         within = sum(o.latency_s * 1000.0 <= rt_max_ms for o in ok) / len(outcomes)
     lag = max((o.sent_s - o.due_s for o in outcomes), default=0.0)
+    kinds = Counter(
+        str(o.status) if o.status else (o.error or "?").split(":", 1)[0]
+        for o in outcomes
+        if not o.ok
+    )
     return Summary(
         sent=len(outcomes),
         ok=len(ok),
@@ -365,6 +374,7 @@ def summarize(
         spilled=spilled,
         served_by=dict(served),
         max_send_lag_ms=max(0.0, lag) * 1000.0,
+        error_kinds=dict(kinds),
     )
 
 

@@ -115,6 +115,7 @@ def test_summary_counts_errors_and_rt_max() -> None:
     assert s.within_rt_max == pytest.approx(1 / 3)
     assert s.max_send_lag_ms == pytest.approx(100)
     assert s.spilled is None and "spilled to Lambda unknown" in s.lines()[0]
+    assert s.error_kinds == {"503": 1} and "errors: 503 x1" in s.lines()
 
 
 async def _server(delay_s: float) -> tuple[web.AppRunner, str, list[dict[str, Any]]]:
