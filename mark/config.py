@@ -244,6 +244,14 @@ class AwsSpec(_Strict):
     lambda_endpoint_url: str | None = Field(
         default=None, pattern=r"^https?://", description="default: endpoint_url"
     )
+    refresh_prices: bool = Field(
+        default=True,
+        description="at start: on-demand from the Pricing API, spot from the price history; "
+        "the shipped table where either fails",
+    )
+    pricing_endpoint_url: str | None = Field(
+        default=None, pattern=r"^https?://", description="default: endpoint_url"
+    )
     metrics: bool = Field(default=True, description="publish CloudWatch metrics")
     metrics_period_s: float = Field(default=60.0, ge=1.0, le=3600.0)
 

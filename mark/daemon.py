@@ -238,6 +238,12 @@ async def start(settings: Settings) -> Running:
     run = Running(settings, store, world, session, models, runner, f"http://{host}:{port}")
 
     aws = isinstance(world, AwsWorld)
+    if isinstance(world, AwsWorld):
+        offered = settings.offerings
+        catalog = await world.prices(
+            catalog,
+            [*offered.types, *offered.standby_types, settings.slo_monitor.instance_type],
+        )
     if (aws or settings.local.control_loop) and world.fleet is not None:
         # Planning estimate: this machine's T_b stretched per type (local: as emulated;
         # aws: the documented default rule, until a profile per type is measured).
@@ -273,6 +279,7 @@ async def start(settings: Settings) -> Running:
             options,
             boot_s=boot_s,
             predictors={m.name: online_predictor(settings) for m in settings.models},
+            catalog=catalog,
             standby_capacity=standby_capacity,
         )
         # A restarted daemon plans with the fleet it left behind, never buying it twice.

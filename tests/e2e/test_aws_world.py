@@ -32,11 +32,13 @@ import pytest
 from aiobotocore.session import get_session
 
 from bouncer.runner import ModelRunner
+from mark.catalog import Market, load_catalog
 from mark.cloud.aws.interruptions import EVENT_PATTERN, INTERRUPTION_WARNING
 from mark.cloud.local.agents import AgentModel
 from mark.cloud.local.lambda_runtime import LocalLambda
 from mark.cloud.standins.ec2_host import Ec2Host
 from mark.cloud.standins.lambda_api import LambdaApi
+from mark.cloud.standins.pricing_api import PricingApi
 from mark.config import Settings, load_settings
 from mark.daemon import Running, resolve_source, start, stop
 from mark.demo import load_digits_tensors
@@ -100,6 +102,10 @@ async def cloud(aws_env: str, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     await local.start()
     lam = LambdaApi(FUNCTION, local)
     await lam.start()
+    # The Pricing API lists c5.large 10 % above the shipped table.
+    shipped = load_catalog().on_demand
+    pricing = PricingApi({**shipped, "c5.large": round(shipped["c5.large"] * 1.1, 6)})
+    await pricing.start()
     port = _free_port()
     host = Ec2Host(
         REGION,
@@ -114,6 +120,7 @@ async def cloud(aws_env: str, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
             "name": name,
             "outputs": outputs,
             "lambda": lam,
+            "pricing": pricing,
             "host": host,
             "port": port,
             "source": source,
@@ -123,6 +130,7 @@ async def cloud(aws_env: str, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
         await host.close()
         await lam.close()
         await local.close()
+        await pricing.close()
 
 
 def _settings(cloud: dict[str, Any], tmp_path: Path) -> Settings:
@@ -141,6 +149,7 @@ def _settings(cloud: dict[str, Any], tmp_path: Path) -> Settings:
                 "interruption_queue_url": out["InterruptionQueueUrl"],
                 "spill_function": FUNCTION,
                 "lambda_endpoint_url": cloud["lambda"].url,
+                "pricing_endpoint_url": cloud["pricing"].url,
                 "spill_memory_mb": 1024,
                 "boot_s": 2,
                 "metrics_period_s": 2,
@@ -201,6 +210,12 @@ async def test_the_aws_world_runs_the_whole_control_loop(
         assert tel is not None and tel.counts["spilled"] == 4
         fleet = run.world.fleet
         assert fleet is not None and run.controller is not None
+        # Prices: on-demand from the Pricing API; moto's constant spot quote is refused.
+        prices = run.controller.catalog
+        assert prices.offering("c5.large", Market.ON_DEMAND).price_per_hour == round(
+            load_catalog().on_demand["c5.large"] * 1.1, 6
+        )
+        assert prices.spot["c5.large"] == load_catalog().spot["c5.large"]
 
         # The first step bought spot capacity through the template, and a standby pool.
         async def serving_and_standby_stopped() -> bool:

@@ -11,14 +11,19 @@ alone (the Invoke stand-in); nothing here knows or asks which it is talking to.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from botocore.exceptions import BotoCoreError, ClientError
+
+from mark.catalog import Catalog
 from mark.cloud.aws.agents import AgentDirectory
 from mark.cloud.aws.fleet import AwsFleet, LaunchTemplateRef
 from mark.cloud.aws.interruptions import SqsInterruptionSource
 from mark.cloud.aws.lambda_ import AwsLambda
 from mark.cloud.aws.metrics import CloudWatchMetrics
+from mark.cloud.aws.pricing import refresh_on_demand_prices
+from mark.cloud.aws.spot_prices import refresh_spot_prices
 from mark.config import Settings
 from mark.errors import CloudError, ConfigError
 
@@ -94,6 +99,29 @@ class AwsWorld:
                 endpoint_url=aws.endpoint_url,
             )
             await self.metrics.open()
+
+    async def prices(self, catalog: Catalog, instance_types: Sequence[str]) -> Catalog:
+        """The catalog with today's prices: on-demand from the Pricing API, spot from
+        DescribeSpotPriceHistory; the shipped price wherever either fails or is implausible."""
+        aws = self.settings.aws
+        if not aws.refresh_prices:
+            return catalog
+        types = sorted(set(instance_types))
+        on_demand = await refresh_on_demand_prices(
+            catalog, types, endpoint_url=aws.pricing_endpoint_url or aws.endpoint_url
+        )
+        catalog = on_demand.catalog
+        try:
+            spot = await refresh_spot_prices(
+                catalog, types, region=aws.region, endpoint_url=aws.endpoint_url
+            )
+        except (ClientError, BotoCoreError) as exc:
+            log.warning("spot prices: the shipped table stays (%s)", exc)
+            return catalog
+        if spot.refused:
+            log.warning("implausible spot quotes refused, shipped prices kept: %s", spot.refused)
+        log.info("prices refreshed: on-demand %s, spot %s", on_demand.updated, spot.updated)
+        return spot.catalog
 
     async def close(self) -> None:
         """Close every client; instances keep running (a restart adopts them)."""
