@@ -239,7 +239,13 @@ class AwsSpec(_Strict):
         default=0, ge=0, description="set on spill_qualifier at start when above 0"
     )
     spill_warm_concurrency: int = Field(
-        default=1, ge=0, le=1000, description="runtimes pinged warm at start"
+        default=1, ge=0, le=1000, description="runtimes pinged warm at start and periodically"
+    )
+    spill_warm_every_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="re-ping so idle runtimes are not reclaimed (Lambda frees them after "
+        "minutes idle); 0: only at start",
     )
     lambda_endpoint_url: str | None = Field(
         default=None, pattern=r"^https?://", description="default: endpoint_url"

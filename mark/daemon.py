@@ -292,6 +292,12 @@ async def start(settings: Settings) -> Running:
         if world.interruptions is not None:
             run.tasks.append(asyncio.create_task(world.interruptions.run()))
     run.tasks.append(asyncio.create_task(_every(1.0, "agent sync", lambda: _sync_backends(run))))
+    if isinstance(world, AwsWorld) and settings.aws.spill_warm_every_s > 0:
+        run.tasks.append(
+            asyncio.create_task(
+                _every(settings.aws.spill_warm_every_s, "spill warm-up", world.warm_up)
+            )
+        )
     if isinstance(world, AwsWorld) and world.metrics is not None:
         period = settings.aws.metrics_period_s
         run.tasks.append(

@@ -153,6 +153,7 @@ def _settings(cloud: dict[str, Any], tmp_path: Path) -> Settings:
                 "spill_memory_mb": 1024,
                 "boot_s": 2,
                 "metrics_period_s": 2,
+                "spill_warm_every_s": 3,
             },
             "offerings": {
                 "types": ["c5.large"],
@@ -250,7 +251,9 @@ async def test_the_aws_world_runs_the_whole_control_loop(
         assert fleet is not None and run.controller is not None
         decisions = await run.store.decisions(0, 1e12)
         assert any(d.action == "adopt" for d in decisions)
+        pings = cloud["lambda"].pings
         await asyncio.sleep(settings.timings.update_period_s + 1)  # another step ran
+        assert cloud["lambda"].pings > pings, "the spill function is kept warm"
         assert {i.instance_id for i in await fleet.list()} == bought
 
         # AWS warns that the spot instance will be reclaimed: EventBridge -> SQS -> controller.

@@ -84,11 +84,7 @@ class AwsWorld:
             )
             await self.serverless.open()
             await self.serverless.ensure_provisioned_concurrency()
-            for model in self.models:
-                try:
-                    await self.serverless.warm_up(model, aws.spill_warm_concurrency)
-                except CloudError as exc:  # a cold spill is slower, not broken
-                    log.warning("warming the spill function for %s failed: %s", model, exc)
+            await self.warm_up()
         else:
             log.warning("no aws.spill_function: requests no instance can take will fail")
         if aws.metrics:
@@ -99,6 +95,16 @@ class AwsWorld:
                 endpoint_url=aws.endpoint_url,
             )
             await self.metrics.open()
+
+    async def warm_up(self) -> None:
+        """Ping the spill function so ``aws.spill_warm_concurrency`` runtimes hold each model."""
+        if self.serverless is None:
+            return
+        for model in self.models:
+            try:
+                await self.serverless.warm_up(model, self.settings.aws.spill_warm_concurrency)
+            except CloudError as exc:  # a cold spill is slower, not broken
+                log.warning("warming the spill function for %s failed: %s", model, exc)
 
     async def prices(self, catalog: Catalog, instance_types: Sequence[str]) -> Catalog:
         """The catalog with today's prices: on-demand from the Pricing API, spot from

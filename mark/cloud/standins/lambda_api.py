@@ -56,6 +56,7 @@ class LambdaApi:
         self.host = host
         self.url = ""
         self.invocations = 0
+        self.pings = 0  # invocations with no instances: warm-ups
         self.provisioned: dict[str, dict[str, Any]] = {}  # qualifier -> config
         self._runner: web.AppRunner | None = None
 
@@ -101,6 +102,7 @@ class LambdaApi:
         except (ValueError, KeyError, TypeError):
             return _error(400, "InvalidRequestContentException", "Could not parse request body")
         self.invocations += 1
+        self.pings += not instances
         request_id = str(uuid.uuid4())
         headers = {"X-Amz-Executed-Version": "$LATEST", "X-Amzn-RequestId": request_id}
         report = ""
