@@ -265,6 +265,7 @@ def test_worker_launch_template_runs_the_agent_with_the_worker_profile(own_vpc: 
         "--dtype": "float32",
         "--host": "0.0.0.0",
         "--port": "8500",
+        "--imds-url": "http://169.254.169.254",  # the agent reports spot notices from IMDS
     }
     assert "SOURCE='mark.demo:digits_model'" in script
     assert "${" not in script  # every ${...} was CloudFormation's to fill
