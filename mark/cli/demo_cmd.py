@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import cast
 
@@ -59,7 +60,14 @@ def ramp(
     cooldown: float = typer.Option(90.0, min=0.0, help="cool-down before retiring (s)"),
     boot_delay: float = typer.Option(5.0, min=0.0, help="local world: launch to agent start (s)"),
     slowdown: float = typer.Option(
-        200.0, min=1.0, help="c5.large emulated this many times slower than this machine"
+        15.0, min=1.0, help="c5.large emulated this many times slower than this machine"
+    ),
+    plain_model: bool = typer.Option(
+        False,
+        "--plain-model",
+        help="serve the plain digits CNN instead of digits x40 (same answers, ~1 ms of real "
+        "compute per call); with it the emulated instances are far slower than the planner "
+        "believes (see experiments/local-ramp/README.md), so use --slowdown 200-400",
     ),
     api: str = typer.Option("v2", help="v1 (TF-Serving) or v2 (Open Inference Protocol)"),
     seed: int = typer.Option(0, help="seed of the arrivals (and of the lstm's training data)"),
@@ -72,7 +80,10 @@ def ramp(
     Starts the daemon in-process (embedded moto EC2, agent processes, local
     Lambda) with demo timings: one instance type (c5.large, slowed so a few of
     them carry the ramp), τ = P_u, a short cool-down, the 60 s EC2 billing
-    minimum kept. An open-loop Poisson load generator follows the profile.
+    minimum kept. The model served is the digits CNN evaluated 40 times per
+    call (same answers), so the emulated instances run close to the speed
+    the planner believes.
+    An open-loop Poisson load generator follows the profile.
     Then, per control step: forecast, load seen, instances pending/serving and
     the launch/retire decisions from the store; for each launch whether it came
     ahead of the load it was for, for each retirement how long after the load
@@ -89,6 +100,7 @@ def ramp(
         demo_overrides,
         forecaster_overrides,
         format_report,
+        heavy_model_overrides,
         plot,
         prepare_forecaster,
         run_ramp,
@@ -119,6 +131,8 @@ def ramp(
         slowdown=slowdown,
     )
     demo["database_url"] = f"sqlite:///{db.resolve()}"
+    if not plain_model:
+        demo = deep_merge(demo, heavy_model_overrides())
     user = parse_overrides(cli.overrides)
     settings = load_settings(cli.config_file, deep_merge(demo, user))
     if settings.world != "local":
@@ -127,6 +141,7 @@ def ramp(
         from mark.demo import ensure_demo_model
 
         ensure_demo_model(settings.data_dir)
+        os.environ["MARK_DATA_DIR"] = str(settings.data_dir)  # agents find the digits model
         model_file = prepare_forecaster(
             cast("ForecasterChoice", forecaster),
             shape,
