@@ -177,3 +177,46 @@ def ramp(
     (out / "timeline.md").write_text(report + "\n")
     png = plot(result, out / "ramp.png")
     console.print(f"wrote {png}, {out / 'timeline.md'} and the store {db}", highlight=False)
+
+
+@app.command("load")
+def load(
+    url: str = typer.Argument(..., help="the daemon's base URL, e.g. http://127.0.0.1:8080"),
+    model: str = typer.Option("digits", help="model name (its input is read from /v2/models)"),
+    profile: str | None = typer.Option(
+        None, help="rate profile SECONDS:RPS,... (default 0:5,30:20,60:5)"
+    ),
+    trace: Path | None = typer.Option(None, help="replay a trace file instead of --profile"),
+    speedup: float = typer.Option(60.0, min=0.001, help="--trace: replay this many times faster"),
+    scale: float = typer.Option(1.0, min=0.0001, help="--trace: multiply every rate by this"),
+    api: str = typer.Option("v2", help="v1 (TF-Serving) or v2 (Open Inference Protocol)"),
+    seed: int = typer.Option(0, help="seed of the arrivals and the random inputs"),
+) -> None:
+    """Open-loop Poisson load against a running daemon (e.g. `mark up`), then a summary.
+
+    Requests go out on schedule whether or not earlier ones have been answered,
+    so an overloaded server shows as latency and errors, not as a slower client.
+    """
+    from mark.cli.context import fail, run_async
+    from mark.loadgen import Api, LoadgenError, RateProfile, rich_progress, run_load
+
+    if api not in ("v1", "v2"):
+        fail(f"--api {api!r} is not known; allowed: v1, v2")
+    if trace is not None and profile is not None:
+        fail("give --profile or --trace, not both")
+    try:
+        shape = (
+            RateProfile.from_trace(trace, speedup=speedup, scale=scale)
+            if trace is not None
+            else RateProfile.parse(profile or "0:5,30:20,60:5")
+        )
+        bar, advance = rich_progress(shape.duration, shape)
+        with bar:
+            result = run_async(
+                run_load(url, model, shape, api=cast("Api", api), seed=seed, progress=advance)
+            )
+    except LoadgenError as exc:
+        fail(str(exc))
+    assert result.summary is not None
+    for line in result.summary.lines():
+        console.print(line, highlight=False)
