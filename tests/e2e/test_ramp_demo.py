@@ -78,3 +78,60 @@ async def test_fleet_grows_with_the_ramp_and_retires_after_the_cooldown(
         assert r.last_wanted_at is not None and r.at - r.last_wanted_at >= COOLDOWN_S
     assert min(r.at for r in retires) > 40.0 + COOLDOWN_S
     assert _live_children(os.getpid()) == []  # every agent and Lambda runtime stopped
+
+
+def test_checks_judge_launches_and_retirements_against_the_load() -> None:
+    """The verdicts on a made-up run: fast, no daemon (the slow test runs the real one)."""
+    from mark.loadgen import LoadResult, ModelInput
+    from mark.ramp_demo import FleetSample, RampRun, format_report, timeline
+    from mark.state.records import ArrivalWindow, InstanceRecord, PlanRecord
+
+    t0 = 1000.0
+    rate = {w: (30.0 if 1100 <= w < 1300 else 5.0) for w in range(1000, 1500, 5)}
+    windows = [ArrivalWindow("m", float(w), 5.0, int(r * 5)) for w, r in rate.items()]
+
+    def rec(iid: str, at: float) -> InstanceRecord:
+        return InstanceRecord(iid, "m", "c5.large", "on-demand", "serving", "x", 0.1, at, at)
+
+    def plan(at: float, held: list[str]) -> PlanRecord:
+        return PlanRecord(
+            "m",
+            at,
+            "greedy",
+            [30.0, 30.0],
+            0.2,
+            {"held": [[h, "cool-down until t=9"] for h in held]},
+        )
+
+    def serving(t: int) -> tuple[str, ...]:  # a serves from 1010; b from 1070 until retired
+        return (*(["a"] if t >= 1010 else []), *(["b"] if 1070 <= t < 1400 else []))
+
+    run = RampRun(
+        model="m",
+        started_at=t0,
+        ended_at=1500.0,
+        update_period_s=60.0,
+        cooldown_s=90.0,
+        load=LoadResult(
+            RateProfile.parse("0:5,500:5"), ModelInput("m", "input", "FP32", (1,)), "v2", t0
+        ),
+        samples=[FleetSample(float(t), (), serving(t)) for t in range(1000, 1500, 10)],
+        plans=[plan(1240.0, []), plan(1300.0, []), plan(1360.0, ["b"])],
+        decisions=[],
+        windows=windows,
+        instances=[rec("a", 1000.0), rec("b", 1060.0)],
+        first_event={"a": (1000.0, "SLO monitor"), "b": (1060.0, "planner")},
+        retired_at={"b": 1400.0},
+        capacity={("c5.large", "on-demand"): 20.0},
+    )
+    a, b = launch_checks(run)
+    assert a.by == "SLO monitor" and a.capacity_before == 0 and a.need_at == 0.0
+    assert b.by == "planner" and b.capacity_before == 20 and b.ahead
+    assert (b.at, b.need_at, b.ready_at) == (60.0, 100.0, 70.0)
+    assert b.verdict() == "ahead by 40 s, serving 30 s early"
+    (r,) = retire_checks(run)
+    assert r.capacity_after == 20 and r.fell_at == 300.0 and r.quiet_s == 100.0
+    assert r.after_cooldown and r.last_wanted_at == 300.0
+    assert r.verdict() == "100 s after the load fell ≥ cool-down 90 s; last wanted 100 s before"
+    assert [row.actions for row in timeline(run)][-1] == ("hold b (cool-down)",)
+    assert "ahead by 40 s" in format_report(run)
