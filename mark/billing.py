@@ -9,9 +9,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mark.catalog import LambdaPrices
+from mark.state.records import LedgerEntry
 
 EC2_MINIMUM_S = 60.0
 
@@ -54,5 +55,62 @@ def lambda_charge(
         raise ValueError("duration, memory and requests must be non-negative (memory positive)")
     billed_ms = math.ceil(duration_ms - 1e-9)
     gb_s = billed_ms / 1000.0 * memory_mb / 1024.0
-    rate = prices.per_gb_second_arm64 if arch == "arm64" else prices.per_gb_second_x86
+    rate = gb_second_rate(prices, arch)
     return LambdaCharge(requests, billed_ms, gb_s, gb_s * rate + requests * prices.per_request)
+
+
+@dataclass
+class _ModelCharges:
+    start: float
+    end: float
+    requests: int = 0
+    seconds: float = 0.0
+    billed_ms: int = 0
+    gb_seconds: float = 0.0
+    cost: float = 0.0
+
+
+@dataclass
+class LambdaCharges:
+    """Lambda charges per model since the last ``take``: what each ``Serverless``
+    adapter accumulates between ledger flushes (one entry per model and flush)."""
+
+    unit_price: float  # $ per GB-second, recorded on the ledger entries
+    _pending: dict[str, _ModelCharges] = field(default_factory=dict)
+
+    def add(
+        self, model: str, start: float, end: float, duration_ms: float, charge: LambdaCharge
+    ) -> None:
+        p = self._pending.setdefault(model, _ModelCharges(start=start, end=end))
+        p.start = min(p.start, start)
+        p.end = max(p.end, end)
+        p.requests += charge.requests
+        p.seconds += duration_ms / 1000.0
+        p.billed_ms += charge.billed_ms
+        p.gb_seconds += charge.gb_seconds
+        p.cost += charge.cost
+
+    def take(self) -> list[LedgerEntry]:
+        """The pending charges as ledger entries, oldest model name first; then none."""
+        out = [
+            LedgerEntry(
+                kind="lambda",
+                model=model,
+                start=p.start,
+                end=p.end,
+                component="lambda",
+                unit_price=self.unit_price,
+                cost=p.cost,
+                seconds=p.seconds,
+                billed_seconds=p.billed_ms / 1000.0,
+                requests=p.requests,
+                gb_seconds=p.gb_seconds,
+            )
+            for model, p in sorted(self._pending.items())
+        ]
+        self._pending.clear()
+        return out
+
+
+def gb_second_rate(prices: LambdaPrices, arch: str) -> float:
+    return prices.per_gb_second_arm64 if arch == "arm64" else prices.per_gb_second_x86

@@ -78,10 +78,11 @@ def minute_max_rates(
     return History(out, start)
 
 
-def load_per_second(
-    path: Path, start: np.datetime64 = TWITTER_START, gap_seconds: int = GAP_SECONDS
-) -> History:
-    """A `second,requests` CSV (optionally gzip) -> per-minute max 5 s rates."""
+def per_second_counts(
+    path: Path, gap_seconds: int = GAP_SECONDS
+) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """A `second,requests` CSV (optionally gzip) -> counts per second, and which
+    seconds are missing (absent rows, or zero runs longer than ``gap_seconds``)."""
     table = _read_csv(path, dtype=np.float64)
     seconds = table[:, 0].astype(np.int64)
     if seconds.size == 0 or seconds.min() < 0:
@@ -90,8 +91,31 @@ def load_per_second(
     counts[seconds] = table[:, 1]
     absent = np.ones(counts.shape[0], dtype=bool)
     absent[seconds] = False
-    missing = zero_gap_mask(counts, gap_seconds) | absent
+    return counts, zero_gap_mask(counts, gap_seconds) | absent
+
+
+def load_per_second(
+    path: Path, start: np.datetime64 = TWITTER_START, gap_seconds: int = GAP_SECONDS
+) -> History:
+    """A `second,requests` CSV (optionally gzip) -> per-minute max 5 s rates."""
+    counts, missing = per_second_counts(path, gap_seconds)
     return minute_max_rates(counts, start, missing)
+
+
+def trace_format(path: Path) -> str:
+    """``per-second`` or ``nab``, from the CSV header."""
+    if not path.is_file():
+        raise TraceError(f"trace file not found: {path}")
+    try:
+        with _open(path) as fh:
+            header = fh.readline().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: {exc}") from exc
+    if header == "second,requests":
+        return "per-second"
+    if header == "timestamp,value":
+        return "nab"
+    raise TraceError(f"{path}: unknown header {header!r} (want second,requests or timestamp,value)")
 
 
 def load_nab(path: Path) -> History:
@@ -128,18 +152,9 @@ def load_nab(path: Path) -> History:
 def load_trace(path: str | Path, gap_seconds: int = GAP_SECONDS) -> History:
     """Any supported trace file, recognised by its CSV header."""
     path = Path(path)
-    if not path.is_file():
-        raise TraceError(f"trace file not found: {path}")
-    try:
-        with _open(path) as fh:
-            header = fh.readline().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: {exc}") from exc
-    if header == "second,requests":
+    if trace_format(path) == "per-second":
         return load_per_second(path, gap_seconds=gap_seconds)
-    if header == "timestamp,value":
-        return load_nab(path)
-    raise TraceError(f"{path}: unknown header {header!r} (want second,requests or timestamp,value)")
+    return load_nab(path)
 
 
 def _open(path: Path) -> IO[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -165,7 +165,3 @@ def _per_minute(
         within = float(np.count_nonzero(x <= rt_max_s + 1e-9)) / x.shape[0]
         out.append((t0 + 60.0 * k, int(x.shape[0]), round(min(p99, 1e9), 1), round(within, 5)))
     return out
-
-
-def as_dict(r: PolicyResult) -> dict[str, Any]:
-    return asdict(r)

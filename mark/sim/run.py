@@ -18,7 +18,7 @@ would have it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +30,15 @@ from mark.catalog import Catalog, Market, load_catalog
 from mark.config import OfferingsSpec, Settings, SloMonitorSpec
 from mark.controller import PROFILE_BATCHES, Controller, build_options
 from mark.errors import ConfigError
-from mark.ports import InstanceInfo, InstanceRole, InstanceState, NoticeKind, Store
+from mark.ports import (
+    InstanceInfo,
+    InstanceRole,
+    InstanceState,
+    InterruptionNotice,
+    LaunchRequest,
+    NoticeKind,
+    Store,
+)
 from mark.sim.engine import FAILED, LAMBDA, Engine, Server
 from mark.sim.fleet import SimFleet
 from mark.sim.memstore import MemoryStore
@@ -191,6 +199,8 @@ class Simulation:
         self.timeline: list[tuple[float, int, float, int]] = []  # t, serving, capacity, pending
         self.interruptions_done = 0
         self.sagemaker_type: str | None = None
+        # What the policy does on a spot notice (mark: the controller's on_interruption).
+        self.on_interruption: Callable[[InterruptionNotice], Awaitable[None]] | None = None
         self._window_counts = self._count_windows()
 
     # -- inputs ------------------------------------------------------------
@@ -286,8 +296,8 @@ class Simulation:
 
     async def _loop(
         self,
-        on_step: Callable[[float], object],
-        on_slo: Callable[[float, NDArray[np.float64]], object] | None,
+        on_step: Callable[[float], Awaitable[None]],
+        on_slo: Callable[[float, NDArray[np.float64]], Awaitable[None]] | None,
         step_s: float,
     ) -> None:
         """Serve requests between events; call the policy at its events."""
@@ -329,7 +339,7 @@ class Simulation:
             if on_slo is not None and t >= next_slo:
                 lat = self.engine.latencies_since(slo_from)
                 slo_from = self.engine.i
-                await _maybe_await(on_slo(t, lat))
+                await on_slo(t, lat)
                 next_slo = t + self.cfg.slo_check_s
             if planned and t >= planned[0]:
                 at = planned.pop(0)
@@ -338,7 +348,7 @@ class Simulation:
                 await self._sync()
                 if self.cfg.interrupt_rate_per_hour > 0:
                     await self._interrupt_random(step_s, reclaims)
-                await _maybe_await(on_step(t))
+                await on_step(t)
                 live = await self.fleet.list()
                 serving, cap, pending = self._capacity(live)
                 self.timeline.append((t, serving, cap, pending))
@@ -382,10 +392,8 @@ class Simulation:
         notice = self.fleet.interrupt(iid, NoticeKind.INTERRUPTION)
         reclaims[iid] = notice.action_at if notice.action_at is not None else self.clock.t + 120
         self.interruptions_done += 1
-        await self._on_interruption(notice)
-
-    async def _on_interruption(self, notice: object) -> None:  # overridden per policy kind
-        return None
+        if self.on_interruption is not None:
+            await self.on_interruption(notice)
 
     # -- mark ---------------------------------------------------------------
 
@@ -461,10 +469,10 @@ class Simulation:
             if lat.size:
                 await ctl.check_slo(t, {self.model.name: lat.tolist()})
 
-        async def on_interruption(notice: object) -> None:
-            await ctl.on_interruption(notice, self.clock.t)  # type: ignore[arg-type]
+        async def on_interruption(notice: InterruptionNotice) -> None:
+            await ctl.on_interruption(notice, self.clock.t)
 
-        self._on_interruption = on_interruption  # type: ignore[method-assign]
+        self.on_interruption = on_interruption
         await self._loop(
             on_step, on_slo if self.policy.slo_monitor else None, settings.timings.update_period_s
         )
@@ -496,8 +504,6 @@ class Simulation:
             nonlocal step_i
             if step_i >= plan.counts.shape[1]:
                 return
-            from mark.ports import LaunchRequest
-
             for oi, opt in enumerate(plan.options):
                 want = int(np.rint(plan.counts[oi, step_i]))
                 have = held[opt.key]
@@ -576,10 +582,3 @@ class Simulation:
             out["milp_lower_bound"] = self.milp_lower_bound
             out["milp_optimal"] = self.milp_optimal
         return out
-
-
-async def _maybe_await(x: object) -> None:
-    import inspect
-
-    if inspect.isawaitable(x):
-        await x

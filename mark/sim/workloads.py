@@ -15,7 +15,6 @@ was missing.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +24,13 @@ from numpy.typing import NDArray
 from mark.errors import ConfigError
 from predictor.base import fill_gaps
 from predictor.mmpp import MMPP_START, Mmpp
-from predictor.traces import TWITTER_START, _read_csv, zero_gap_mask
+from predictor.traces import (
+    TWITTER_START,
+    TraceError,
+    load_nab,
+    per_second_counts,
+    trace_format,
+)
 
 FloatArray = NDArray[np.float64]
 SHARED_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
@@ -107,25 +112,14 @@ def trace_path(name: str) -> Path:
 
 def load_per_second_load(path: Path) -> tuple[FloatArray, float]:
     """A trace file as expected requests per second, gaps filled; and its Unix epoch."""
-    with path.open("rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    import gzip
-
-    opener = gzip.open if gz else open
-    with opener(path, "rt") as f:
-        header = f.readline().strip().lower()
-    if header.startswith("timestamp"):
-        from predictor.traces import load_nab
-
-        hist = load_nab(path)  # per-minute rates (5-minute buckets spread evenly)
-        per_minute = fill_gaps(hist.values)
-        epoch = float(hist.start.astype("datetime64[s]").astype(np.int64))
-        return np.repeat(per_minute, 60).astype(np.float64), epoch
-    table = _read_csv(path, dtype=np.float64)
-    seconds = table[:, 0].astype(np.int64)
-    counts = np.zeros(int(seconds.max()) + 1)
-    counts[seconds] = table[:, 1]
-    missing = zero_gap_mask(counts)
+    try:
+        if trace_format(path) == "nab":
+            hist = load_nab(path)  # per-minute rates (5-minute buckets spread evenly)
+            epoch = float(hist.start.astype("datetime64[s]").astype(np.int64))
+            return np.repeat(fill_gaps(hist.values), 60).astype(np.float64), epoch
+        counts, missing = per_second_counts(path)
+    except TraceError as exc:
+        raise ConfigError(str(exc)) from exc
     counts[missing] = np.nan
     epoch = float(TWITTER_START.astype("datetime64[s]").astype(np.int64))
     return fill_gaps(counts), epoch
@@ -193,7 +187,3 @@ def surge_workload(
     x[start:] = base_rps * (1.0 + surge * (up - down))
     epoch = float(TWITTER_START.astype("datetime64[s]").astype(np.int64))
     return Workload(f"surge+{surge:.0%}", x, epoch, start, seconds)
-
-
-def steps_of(seconds: float, step_s: float) -> int:
-    return math.ceil(seconds / step_s)

@@ -36,7 +36,7 @@ from typing import Any
 from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from mark.billing import lambda_charge
+from mark.billing import LambdaCharges, gb_second_rate, lambda_charge
 from mark.catalog import LambdaPrices, load_catalog
 from mark.clock import WallClock
 from mark.cloud.aws.client import OwnedClient
@@ -117,17 +117,6 @@ def chunk_events(
     )
 
 
-@dataclass
-class _Pending:
-    start: float
-    end: float
-    requests: int = 0
-    seconds: float = 0.0
-    billed_ms: int = 0
-    gb_seconds: float = 0.0
-    cost: float = 0.0
-
-
 @dataclass(frozen=True, slots=True)
 class _Invoked:
     outputs: list[Any]
@@ -175,7 +164,7 @@ class AwsLambda(OwnedClient):
         self.timeout_s = timeout_s
         self._client: Any = client
         self._client_cm: Any = None
-        self._pending: dict[str, _Pending] = {}
+        self._charges = LambdaCharges(gb_second_rate(self.prices, self.arch))
 
     def _client_config(self) -> AioConfig:
         # Our retry layer only; a read timeout past the function's own; many spills at once.
@@ -231,29 +220,7 @@ class AwsLambda(OwnedClient):
 
     def take_charges(self) -> list[LedgerEntry]:
         """Charges since the last call, one ledger entry per model, for ``Store.add_charges``."""
-        rate = (
-            self.prices.per_gb_second_arm64
-            if self.arch == "arm64"
-            else self.prices.per_gb_second_x86
-        )
-        out = [
-            LedgerEntry(
-                kind="lambda",
-                model=model,
-                start=p.start,
-                end=p.end,
-                component="lambda",
-                unit_price=rate,
-                cost=p.cost,
-                seconds=p.seconds,
-                billed_seconds=p.billed_ms / 1000.0,
-                requests=p.requests,
-                gb_seconds=p.gb_seconds,
-            )
-            for model, p in sorted(self._pending.items())
-        ]
-        self._pending.clear()
-        return out
+        return self._charges.take()
 
     # -- internals ---------------------------------------------------------
 
@@ -302,14 +269,7 @@ class AwsLambda(OwnedClient):
         # lambda_charge rounds up to the ms; the REPORT line's billed figure is already whole.
         charge = lambda_charge(self.prices, float(billed_ms), memory_mb, 1, self.arch)
         end = self.clock.now()
-        p = self._pending.setdefault(model, _Pending(start=started, end=end))
-        p.start = min(p.start, started)
-        p.end = max(p.end, end)
-        p.requests += 1
-        p.seconds += duration_ms / 1000.0
-        p.billed_ms += charge.billed_ms
-        p.gb_seconds += charge.gb_seconds
-        p.cost += charge.cost
+        self._charges.add(model, started, end, duration_ms, charge)
 
     async def _call(self, operation: str, **kwargs: Any) -> Any:
         """One Lambda call; throttling and transient service errors retried with jitter."""

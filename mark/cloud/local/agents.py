@@ -103,22 +103,8 @@ class AgentSupervisor:
         model = self.models[inst.model]
         self._starting.add(inst.instance_id)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "bouncer.agent",
-                "--model-source",
-                model.source,
-                "--input-shape",
-                ",".join(map(str, model.input_shape)),
-                "--dtype",
-                model.dtype,
-                "--slowdown",
-                str(self.slowdown(inst.instance_type)),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C on the daemon reaches it through us only
-                env={**os.environ, "OMP_NUM_THREADS": "1"},
+            proc = await spawn_agent(
+                model, "--slowdown", str(self.slowdown(inst.instance_type)), announce=True
             )
             try:
                 port = await asyncio.wait_for(_read_port(proc), self.start_timeout_s)
@@ -134,18 +120,50 @@ class AgentSupervisor:
             self._starting.discard(inst.instance_id)
 
     async def _stop(self, agent: AgentProcess) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            agent.process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(agent.process.wait(), 10)
-        except TimeoutError:
-            _kill(agent.process)
-            await agent.process.wait()
+        await stop_agent(agent.process)
 
     async def close(self) -> None:
         agents = list(self.agents.values())
         self.agents.clear()
         await asyncio.gather(*(self._stop(a) for a in agents))
+
+
+async def spawn_agent(
+    model: AgentModel, *args: str, announce: bool = False, cwd: str | None = None
+) -> asyncio.subprocess.Process:
+    """An instance agent process for ``model`` (``args`` add to its command line).
+
+    It runs in its own session, so Ctrl-C on the daemon reaches it through us only;
+    with ``announce`` its stdout is piped for the ``READY <port>`` line.
+    """
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bouncer.agent",
+        "--model-source",
+        model.source,
+        "--input-shape",
+        ",".join(map(str, model.input_shape)),
+        "--dtype",
+        model.dtype,
+        *args,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE if announce else asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+async def stop_agent(proc: asyncio.subprocess.Process, grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL to its process group if it has not exited in ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), grace_s)
+    except TimeoutError:
+        _kill(proc)
+        await proc.wait()
 
 
 async def _read_port(proc: asyncio.subprocess.Process) -> int:

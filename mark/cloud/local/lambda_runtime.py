@@ -54,7 +54,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mark.billing import LambdaCharge, lambda_charge
+from mark.billing import LambdaCharge, LambdaCharges, gb_second_rate, lambda_charge
 from mark.catalog import LambdaPrices, load_catalog
 from mark.errors import CloudError, Throttled
 from mark.ports import SpillResult
@@ -158,19 +158,6 @@ class _Runtime:
     init_timer: asyncio.TimerHandle | None = None
 
 
-@dataclass
-class _Pending:
-    """Charges of one model not yet taken into the ledger."""
-
-    start: float
-    end: float
-    requests: int = 0
-    seconds: float = 0.0
-    billed_ms: int = 0
-    gb_seconds: float = 0.0
-    cost: float = 0.0
-
-
 class LocalLambda:
     """The ``Serverless`` port of the local world: a pool of real awslambdaric runtimes.
 
@@ -235,7 +222,7 @@ class LocalLambda:
         self._billed_ms = 0
         self._gb_seconds = 0.0
         self._cost = 0.0
-        self._pending: dict[str, _Pending] = {}
+        self._charges = LambdaCharges(gb_second_rate(self._prices, self._arch))
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -351,29 +338,7 @@ class LocalLambda:
 
     def take_charges(self) -> list[LedgerEntry]:
         """Charges since the last call, one ledger entry per model, for ``Store.add_charges``."""
-        rate = (
-            self._prices.per_gb_second_arm64
-            if self._arch == "arm64"
-            else self._prices.per_gb_second_x86
-        )
-        out = [
-            LedgerEntry(
-                kind="lambda",
-                model=model,
-                start=p.start,
-                end=p.end,
-                component="lambda",
-                unit_price=rate,
-                cost=p.cost,
-                seconds=p.seconds,
-                billed_seconds=p.billed_ms / 1000.0,
-                requests=p.requests,
-                gb_seconds=p.gb_seconds,
-            )
-            for model, p in sorted(self._pending.items())
-        ]
-        self._pending.clear()
-        return out
+        return self._charges.take()
 
     # ---- invocations ---------------------------------------------------------------------
 
@@ -663,14 +628,7 @@ class LocalLambda:
         self._gb_seconds += charge.gb_seconds
         self._cost += charge.cost
         end = time.time()
-        p = self._pending.setdefault(inv.model, _Pending(start=inv.started_at, end=end))
-        p.start = min(p.start, inv.started_at)
-        p.end = max(p.end, end)
-        p.requests += charge.requests
-        p.seconds += duration_ms / 1000.0
-        p.billed_ms += charge.billed_ms
-        p.gb_seconds += charge.gb_seconds
-        p.cost += charge.cost
+        self._charges.add(inv.model, inv.started_at, end, duration_ms, charge)
 
     # ---- the Runtime API -----------------------------------------------------------------
 

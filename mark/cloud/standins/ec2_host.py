@@ -21,9 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +28,7 @@ from typing import Any
 
 from aiobotocore.session import get_session
 
-from mark.cloud.local.agents import AgentModel
+from mark.cloud.local.agents import AgentModel, spawn_agent, stop_agent
 from mark.cloud.standins.imds import ImdsStandin
 
 log = logging.getLogger("mark.standins.ec2")
@@ -103,16 +100,8 @@ class Ec2Host:
             return None  # nothing this host knows how to run
         imds = ImdsStandin(str(inst["InstanceId"]))
         await imds.start()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bouncer.agent",
-            "--model-source",
-            model.source,
-            "--input-shape",
-            ",".join(map(str, model.input_shape)),
-            "--dtype",
-            model.dtype,
+        proc = await spawn_agent(
+            model,
             "--host",
             address,
             "--port",
@@ -123,11 +112,7 @@ class Ec2Host:
             imds.url,
             "--imds-interval",
             str(self.imds_interval_s),
-            cwd=_ROOT,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            cwd=str(_ROOT),
         )
         log.info(
             "booted %s at %s:%d (pid %d)", inst["InstanceId"], address, self.agent_port, proc.pid
@@ -135,14 +120,7 @@ class Ec2Host:
         return HostedInstance(str(inst["InstanceId"]), str(address), tags["mark:model"], proc, imds)
 
     async def _stop(self, hosted: HostedInstance) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            hosted.process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(hosted.process.wait(), 10)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(hosted.process.pid, signal.SIGKILL)
-            await hosted.process.wait()
+        await stop_agent(hosted.process)
         await hosted.imds.close()
 
     def child_pids(self) -> list[int]:
