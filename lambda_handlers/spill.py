@@ -9,17 +9,25 @@ The model is loaded once per runtime and kept in a module-level cache: a Lambda
 execution environment lives for many invocations, and loading a torch model
 costs far more than running a small batch. ``cold_start`` says whether this
 invocation paid for that load. The model's location comes from the event's
-``source`` (the daemon knows every model's source) or, for a function deployed
-for one model, from the environment variable ``MARK_MODEL_SOURCE``.
+``source`` (the local world sends each model's) or, for a function deployed
+for one model, from the environment variable ``MARK_MODEL_SOURCE`` (the stack
+sets it; the aws world sends no source, since a path on the controller means
+nothing here). A source is a TorchScript file, ``package.module:factory``, or
+``s3://bucket/key`` of a TorchScript file: fetched into the temporary directory
+(``/tmp``, the only writable path on Lambda) when the runtime first loads it,
+with boto3's usual configuration (region, credentials and endpoint, e.g.
+``AWS_ENDPOINT_URL_S3``, from the environment).
 
-This module imports nothing from ``mark``: it is the whole deployment package
-besides torch.
+This module imports nothing from ``mark``: its only third-party imports are
+torch and boto3, which is all the container image installs for it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
+import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -28,6 +36,7 @@ from typing import Any
 import torch
 
 SOURCE_ENV = "MARK_MODEL_SOURCE"
+S3_SCHEME = "s3://"
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -47,12 +56,47 @@ class ModelLoadError(Exception):
 
 
 def is_factory(source: str) -> bool:
-    """Same rule as ``ModelSpec.loader``: ``pkg.mod:factory`` unless that names a real file."""
-    return ":" in source and not Path(source).exists()
+    """Same rule as ``ModelSpec.loader``: ``pkg.mod:factory`` unless that names a real file
+    (or is an ``s3://`` URL, whose colon is the scheme's)."""
+    return ":" in source and not source.startswith(S3_SCHEME) and not Path(source).exists()
+
+
+def s3_location(source: str) -> tuple[str, str]:
+    """(bucket, key) of an ``s3://bucket/key`` source, or ``ModelLoadError``."""
+    bucket, _, key = source.removeprefix(S3_SCHEME).partition("/")
+    if not bucket or not key or key.endswith("/"):
+        raise ModelLoadError(f"model source {source!r} is not s3://bucket/key of a file")
+    return bucket, key
+
+
+def fetch_from_s3(source: str) -> Path:
+    """Download an ``s3://`` model into the temporary directory; the local path.
+
+    Called once per runtime (the loaded model is cached), so each cold start reads
+    the object as it is now. A missing object or a denied read is the deployment's
+    mistake, reported as ``ModelLoadError``; anything else (S3 unreachable) raises.
+    """
+    bucket, key = s3_location(source)
+    import boto3  # only an s3:// source needs it; imported here to keep other cold starts lean
+    from botocore.exceptions import ClientError
+
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    target = Path(tempfile.gettempdir()) / "mark-models" / f"{digest}{Path(key).suffix}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".part")
+    try:
+        boto3.client("s3").download_file(bucket, key, str(partial))
+    except ClientError as exc:
+        raise ModelLoadError(f"cannot read model {source}: {exc}") from None
+    os.replace(partial, target)  # a crash mid-download never leaves a half file in place
+    return target
 
 
 def load_model(source: str) -> torch.nn.Module:
-    """Load a TorchScript file or call ``package.module:factory``; returned in eval mode."""
+    """Load a TorchScript file (local or in S3) or call ``package.module:factory``;
+    returned in eval mode."""
+    if source.startswith(S3_SCHEME):
+        return _load_torchscript(fetch_from_s3(source), shown=source)
     if is_factory(source):
         mod_name, _, attr = source.partition(":")
         if not mod_name or not attr:
@@ -71,21 +115,24 @@ def load_model(source: str) -> torch.nn.Module:
             raise ModelLoadError(
                 f"factory {source!r} returned {type(model).__name__}, expected a torch.nn.Module"
             )
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise ModelLoadError(f"model file {source!r} does not exist")
-        try:
-            with warnings.catch_warnings():
-                # TorchScript is the format mark's configuration names; torch 2.13 warns on
-                # every load that it is deprecated, which would be noise in each runtime's log.
-                warnings.simplefilter("ignore", DeprecationWarning)
-                loaded: torch.nn.Module = torch.jit.load(  # type: ignore[no-untyped-call]
-                    str(path), map_location="cpu"
-                )
-        except (RuntimeError, ValueError) as exc:
-            raise ModelLoadError(f"{source!r} is not a TorchScript file: {exc}") from None
-        model = loaded
+        model.eval()
+        return model
+    return _load_torchscript(Path(source), shown=source)
+
+
+def _load_torchscript(path: Path, shown: str) -> torch.nn.Module:
+    if not path.is_file():
+        raise ModelLoadError(f"model file {shown!r} does not exist")
+    try:
+        with warnings.catch_warnings():
+            # TorchScript is the format mark's configuration names; torch 2.13 warns on
+            # every load that it is deprecated, which would be noise in each runtime's log.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            model: torch.nn.Module = torch.jit.load(  # type: ignore[no-untyped-call]
+                str(path), map_location="cpu"
+            )
+    except (RuntimeError, ValueError) as exc:
+        raise ModelLoadError(f"{shown!r} is not a TorchScript file: {exc}") from None
     model.eval()
     return model
 
