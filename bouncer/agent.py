@@ -16,8 +16,18 @@ frontend, which polls every agent anyway, learns of it even if the
 EventBridge → SQS notice is late or lost.
 
 Batches run one at a time on a single worker thread, as on a real instance.
-``slowdown`` stretches each batch to emulate a slower instance type in the
-local world (the measured time × slowdown); 1.0 means this machine's speed.
+``slowdown`` emulates a slower instance type in the local world: a batch of b
+takes the *profiled* T_b × slowdown (the agent sleeps out the rest of it), or
+its real time if that is longer. Stretching the measured time instead would
+multiply every hiccup of a shared machine by the slowdown, and the instance
+would run slower than the profile the Bouncer and the planner reason with.
+1.0 means this machine's speed.
+
+The Bouncer's ``busy_until`` is a prediction. Each time a batch ends it is
+set again to that moment plus the profiled time of the batches still queued,
+so a batch that overran (a machine busier than its profile) pushes back the
+queue behind it and later offers are judged against when the instance will
+really be free, instead of being admitted into a backlog that misses RT_max.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ import aiohttp
 import numpy as np
 from aiohttp import web
 
-from bouncer.admission import admit
+from bouncer.admission import Admission, admit
 from bouncer.latency import BatchLatency
 from bouncer.runner import ModelLoadError, ModelRunner
 
@@ -126,9 +136,12 @@ class Agent:
     latency: BatchLatency
     slowdown: float = 1.0
     clock: Callable[[], float] = time.time
+    timer: Callable[[], float] = time.perf_counter  # times a batch
+    pause: Callable[[float], None] = time.sleep  # sleeps out the emulated rest of a batch
     imds: ImdsPoller | None = None
     busy_until: float = 0.0
     queue_depth: int = 0
+    queued_s: float = 0.0  # profiled time of the admitted batches not finished yet
     stats: AgentStats = field(default_factory=AgentStats)
     _executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner")
@@ -139,12 +152,31 @@ class Agent:
         return self.latency(batch) * self.slowdown
 
     def _run_timed(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        t0 = time.perf_counter()
+        t0 = self.timer()
         out = self.runner.run(batch)
-        extra = (time.perf_counter() - t0) * (self.slowdown - 1.0)
-        if extra > 0:
-            time.sleep(extra)  # emulate a slower instance type (local world only)
+        if self.slowdown > 1.0:  # emulate a slower instance type (local world only)
+            rest = self.expected_latency(len(batch)) - (self.timer() - t0)
+            if rest > 0:
+                self.pause(rest)
         return out
+
+    def offer(self, deadlines: list[float]) -> Admission:
+        """The Bouncer's verdict on a batch offered now; what it admits joins the queue."""
+        decision = admit(self.clock(), self.busy_until, deadlines, self.expected_latency)
+        if decision.size:
+            self.busy_until = decision.finish
+            self.queue_depth += decision.size
+            self.queued_s += decision.finish - decision.start
+        self.stats.rejected += len(decision.rejected)
+        return decision
+
+    def done(self, decision: Admission) -> None:
+        """An admitted batch has ended: the queue behind it is as late (or early) as it was."""
+        self.queue_depth -= decision.size
+        self.queued_s -= decision.finish - decision.start
+        if self.queue_depth == 0:
+            self.queued_s = 0.0
+        self.busy_until = self.clock() + self.queued_s
 
     async def handle_batch(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -159,21 +191,21 @@ class Agent:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return web.json_response({"error": f"bad batch: {exc}"}, status=400)
 
-        now = self.clock()
-        decision = admit(now, self.busy_until, deadlines, self.expected_latency)
-        if decision.size:
-            self.busy_until = decision.finish
-            self.queue_depth += decision.size
-        self.stats.rejected += len(decision.rejected)
+        decision = self.offer(deadlines)
 
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await resp.prepare(request)
         head = {
             "admitted": list(decision.admitted),
             "rejected": list(decision.rejected),
             "finish": decision.finish,
         }
-        await resp.write(json.dumps(head).encode() + b"\n")
+        try:
+            await resp.prepare(request)
+            await resp.write(json.dumps(head).encode() + b"\n")
+        except BaseException:  # the caller went away: its batch will not run
+            if decision.size:
+                self.done(decision)
+            raise
         if not decision.size:
             await resp.write_eof()
             return resp
@@ -191,9 +223,7 @@ class Agent:
             self.stats.errors += decision.size
             tail = {"error": f"inference failed: {type(exc).__name__}: {exc}"}
         finally:
-            self.queue_depth -= decision.size
-            if self.queue_depth == 0:
-                self.busy_until = min(self.busy_until, self.clock())
+            self.done(decision)
         await resp.write(json.dumps(tail).encode() + b"\n")
         await resp.write_eof()
         return resp

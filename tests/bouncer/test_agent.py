@@ -86,3 +86,64 @@ def test_bad_sources_say_why(tmp_path: Path) -> None:
         load_model("builtins:dict")
     with pytest.raises(ModelLoadError, match="factory 'json:dumps' failed: TypeError"):
         load_model("json:dumps")
+
+
+class _FakeTime:
+    """A clock the fake runner advances by how long each batch really took."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.t += s
+
+
+class _Runner:
+    def __init__(self, clock: _FakeTime, takes: list[float]) -> None:
+        self.clock, self.takes = clock, takes
+
+    def run(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        self.clock.t += self.takes.pop(0)
+        return batch
+
+
+def test_slowdown_sleeps_to_the_profiled_time_not_a_multiple_of_the_measured_one() -> None:
+    clock = _FakeTime()
+    runner = _Runner(clock, [0.02, 0.05])
+    agent = Agent(
+        runner=runner,  # type: ignore[arg-type]
+        latency=BatchLatency.from_mapping({1: 0.01}),
+        slowdown=3.0,
+        clock=clock,
+        timer=clock,
+        pause=clock.sleep,
+    )
+    one = np.zeros((1, 2), dtype=np.float32)
+    agent._run_timed(one)  # a hiccup: 20 ms of real work where the profile says 10
+    assert clock.slept == [pytest.approx(0.01)]  # T_1 x 3 = 30 ms in all, not 20 x 3
+    agent._run_timed(one)  # real work beyond the emulated time: nothing added
+    assert len(clock.slept) == 1
+
+
+def test_a_batch_that_overruns_its_profile_pushes_back_the_queue_behind_it() -> None:
+    clock = _FakeTime()
+    agent = Agent(
+        runner=_Runner(clock, []),  # type: ignore[arg-type]
+        latency=BatchLatency.from_mapping({1: 0.1}),
+        clock=clock,
+    )
+    first = agent.offer([1010.0])
+    second = agent.offer([1010.0])  # queued behind the first
+    assert [first.finish, second.finish] == pytest.approx([1000.1, 1000.2])
+    clock.t = 1000.5  # the first batch ran 0.5 s instead of 0.1 s
+    agent.done(first)
+    assert agent.busy_until == pytest.approx(1000.6)  # the second still needs its 0.1 s
+    late = agent.offer([1000.65])  # would fit the profile's schedule (1000.3), not the real one
+    assert late.rejected == (0,)
+    agent.done(second)
+    assert (agent.queue_depth, agent.busy_until) == (0, clock.t)
