@@ -65,25 +65,36 @@ class PaperFallback(Forecaster):
     """The MArk prototype's rule after warm-up: `factor` x the highest rate seen so far.
 
     Never under-predicts a load it has seen, and pays for the peak all day.
+    With ``window`` (minutes) it is the issue's fallback instead: `factor` x the
+    highest rate of the last ``window`` minutes, nothing remembered, so a
+    fallback serving before a model is trained lets the fleet shrink once a
+    peak is ``window`` minutes old.
     """
 
     name = "paper"
 
-    def __init__(self, factor: float = 1.2) -> None:
+    def __init__(self, factor: float = 1.2, window: int | None = None) -> None:
         super().__init__()
         if factor <= 0:
             raise ValueError("factor must be > 0")
+        if window is not None and window < 1:
+            raise ValueError("window must be >= 1 minute")
         self.factor = factor
+        self.window = window
         self.peak = 0.0
 
     def params(self) -> dict[str, JsonScalar]:
-        return {"factor": self.factor}
+        return {"factor": self.factor, "window": self.window}
 
     def _fit(self, history: History) -> None:
-        self.peak = float(history.observed.max())
+        self.peak = 0.0 if self.window is not None else float(history.observed.max())
 
     def _forecast(self, history: History, steps: int) -> FloatArray:
-        peak = max(self.peak, float(history.observed.max()))
+        if self.window is None:
+            peak = max(self.peak, float(history.observed.max()))
+        else:
+            recent = history.tail(self.window).observed
+            peak = float(recent.max()) if recent.size else 0.0
         return np.full(steps, self.factor * peak)
 
     def get_state(self) -> dict[str, FloatArray]:

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from predictor.base import MINUTES_PER_DAY, FloatArray, Forecaster, History
 from predictor.baselines import PaperFallback
 
+COLD_START_WINDOW = 60
+"""Minutes of history the cold-start fallback takes its peak from."""
+
 
 @dataclass(frozen=True)
 class RefitPolicy:
@@ -53,8 +56,9 @@ class OnlinePredictor:
     ) -> None:
         self.make = make
         self.policy = policy or RefitPolicy()
-        # Before any model is fitted, the prototype's conservative rule: never short on load seen.
-        self.cold_start = cold_start or PaperFallback()
+        # Before any model is fitted, the fallback: 1.2 x the peak of the last hour. Not the
+        # prototype's peak-ever, which would keep a morning's fleet until the first refit.
+        self.cold_start = cold_start or PaperFallback(window=COLD_START_WINDOW)
         self.model: Forecaster | None = None
         self.last_fit: int | None = None
         self.last_error: str | None = None

@@ -52,7 +52,7 @@ async def test_forecasts_flow_during_a_refit_then_the_new_model_serves(series: H
     gate = threading.Event()
     online = OnlinePredictor(lambda: Gated(gate, 7.0), RefitPolicy(min_history=10))
     cold = online.forecast(series, 5)
-    assert np.all(cold == pytest.approx(1.2 * np.nanmax(series.values)))  # paper rule
+    assert np.all(cold == pytest.approx(1.2 * np.nanmax(series.values[-60:])))  # last hour
     with ThreadPoolExecutor(1) as pool:
         task = online.maybe_refit(series, now=0, executor=pool)
         assert task is not None and online.refitting
@@ -75,3 +75,13 @@ async def test_a_failed_refit_keeps_the_old_model(series: History) -> None:
     assert isinstance(online.model, LastValue)
     assert online.last_error == "RuntimeError: boom"
     assert online.maybe_refit(series, now=6) is None  # waits for the next schedule
+
+
+def test_the_cold_start_comes_down_an_hour_after_a_peak() -> None:
+    """Before any model is fitted: 1.2 x the last hour's peak, not the peak ever seen."""
+    start = np.datetime64("2026-01-01T00:00", "m")
+    online = OnlinePredictor(lambda: Gated(threading.Event(), 1.0))
+    peak = np.r_[np.full(30, 5.0), np.full(10, 50.0), np.full(20, 5.0)]
+    assert online.forecast(History(peak, start), 3) == pytest.approx([60.0] * 3)
+    later = np.r_[peak, np.full(45, 5.0)]  # the peak is now over an hour old
+    assert online.forecast(History(later, start), 3) == pytest.approx([6.0] * 3)
