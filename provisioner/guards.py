@@ -11,7 +11,11 @@ applies bounds and delays the same way around any autoscaling policy):
   wanted (§4.3 "destroy after a cool-down"), and never before its
   ``billing_minimum_s`` (EC2 bills at least 60 s) has been used;
 * the fleet never exceeds ``max_fleet``: launches beyond it are dropped and
-  counted, instances cooling down still count.
+  counted, instances cooling down still count;
+* with a ``hold`` reason (the SLO is being missed) nothing is retired and the
+  unwanted instances count as wanted now: their cool-down starts once the
+  SLO is met again, since the plan that found them surplus is the one that
+  just fell short.
 
 Pure: the state (when each instance was last wanted) goes in and comes out.
 """
@@ -71,6 +75,7 @@ def apply_guards(
     state: GuardState,
     now: float,
     config: GuardConfig,
+    hold: str | None = None,
 ) -> tuple[Decision, GuardState]:
     wanted_launch = dict(raw.launch)
     last = {
@@ -100,7 +105,10 @@ def apply_guards(
             continue
         cool_until = last[iid] + config.cooldown_s
         billed_until = inst.launched_at + config.billing_minimum_s
-        if now < billed_until:
+        if hold is not None:
+            held.append((iid, hold))
+            last[iid] = now
+        elif now < billed_until:
             held.append((iid, f"billing minimum until t={billed_until:g}"))
         elif now < cool_until:
             held.append((iid, f"cool-down until t={cool_until:g}"))

@@ -10,6 +10,11 @@ and, for ``holdoff_s`` (about the backups' boot time), outcomes are not
 recorded at all: requests answered while the backups boot say nothing about
 whether the backups are enough. The next verdict needs M fresh requests.
 
+While the monitor is in its hold-off after a launch the SLO is known to have
+been missed and whether the backups suffice is not known yet: ``slo_at_risk``
+says so, and the control loop retires nothing meanwhile (the planner's model
+of the fleet is what just failed, so its "not needed" is not to be trusted).
+
 Pure: state in, (action or None, new state) out; ``now`` is given.
 """
 
@@ -66,3 +71,10 @@ def observe_latencies(
         return None, SloMonitorState(outcomes, state.holdoff_until)
     action = BackupLaunch(config.instance_type, config.market, config.launch_count, level)
     return action, SloMonitorState((), now + config.holdoff_s)
+
+
+def slo_at_risk(state: SloMonitorState, now: float) -> str | None:
+    """Why the fleet must not shrink now (backups launched, not judged yet), or None."""
+    if now < state.holdoff_until:
+        return f"SLO missed: backups launched, judged again from t={state.holdoff_until:g}"
+    return None

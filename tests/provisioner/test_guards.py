@@ -74,3 +74,15 @@ def test_wraps_a_greedy_plan() -> None:
     decision, _ = apply_guards(RawDecision.from_plan(plan), fleet, GuardState(), 30.0, CFG)
     assert plan.retire == ("i-2",)
     assert decision.retire == () and decision.launch == ()
+
+
+def test_a_hold_retires_nothing_and_restarts_the_cooldown_when_it_ends() -> None:
+    fleet = [FleetInstance("i-1", C5, launched_at=0.0)]
+    state = GuardState({"i-1": 100.0})  # unwanted since t=100: due at t=400
+    decision, state = apply_guards(raw(set()), fleet, state, 500.0, CFG, hold="SLO missed")
+    assert decision.retire == () and decision.held == (("i-1", "SLO missed"),)
+    assert state.last_wanted == {"i-1": 500.0}  # counts as wanted while the SLO is missed
+    decision, state = apply_guards(raw(set()), fleet, state, 700.0, CFG)
+    assert decision.retire == ()  # a full cool-down from the hold
+    decision, _ = apply_guards(raw(set()), fleet, state, 800.0, CFG)
+    assert decision.retire == ("i-1",)

@@ -5,6 +5,7 @@ from provisioner.slo_monitor import (
     SloMonitorConfig,
     SloMonitorState,
     observe_latencies,
+    slo_at_risk,
 )
 
 CFG = SloMonitorConfig(rt_max_s=0.6, sl_min=0.98, window=100, launch_count=2, holdoff_s=120)
@@ -48,3 +49,12 @@ def test_one_miss_streak_launches_once() -> None:
     assert again is None
     again, state = observe_latencies(state, [0.9] * 40, 130.0, CFG)
     assert again is not None
+
+
+def test_the_slo_is_at_risk_from_a_backup_launch_until_the_holdoff_ends() -> None:
+    cfg = SloMonitorConfig(rt_max_s=0.1, window=4, holdoff_s=120.0)
+    state = SloMonitorState()
+    assert slo_at_risk(state, 0.0) is None
+    action, state = observe_latencies(state, [0.5, 0.5, 0.01, 0.01], 10.0, cfg)
+    assert action is not None
+    assert slo_at_risk(state, 129.0) is not None and slo_at_risk(state, 130.0) is None
