@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from bouncer.latency import BatchLatency
 from mark.billing import ec2_charge
 from mark.catalog import Catalog, Market, load_catalog
 from mark.config import ModelSpec, Settings
-from mark.errors import CloudError, UnknownOffering
+from mark.errors import CloudError, InsufficientCapacity, UnknownOffering
 from mark.ports import (
     Clock,
     Fleet,
@@ -34,17 +34,25 @@ from mark.state.records import ArrivalWindow, Decision, InstanceRecord, LedgerEn
 from predictor.base import History
 from predictor.online import OnlinePredictor, RefitPolicy
 from provisioner.batching import tune_batching
-from provisioner.greedy import NoFeasibleOption, PlannerOption, RunningInstance, plan_greedy
+from provisioner.greedy import NoFeasibleOption, Plan, PlannerOption, RunningInstance, plan_greedy
+from provisioner.guards import Decision as GuardDecision
 from provisioner.guards import FleetInstance, GuardConfig, GuardState, RawDecision, apply_guards
 from provisioner.options import planner_option
 from provisioner.perf_model import InstancePerf
-from provisioner.slo_monitor import SloMonitorConfig, SloMonitorState, observe_latencies
+from provisioner.slo_monitor import (
+    SloMonitorConfig,
+    SloMonitorState,
+    observe_latencies,
+    slo_at_risk,
+)
 from provisioner.spot import (
+    UNAVAILABLE_OFFERING_TTL_S,
     InterruptionMemory,
     SpotHolding,
     Standby,
     avoid_interrupted,
     on_interruption_notice,
+    record_interruption,
     standby_pool_size,
     standbys_to_stop,
 )
@@ -140,6 +148,12 @@ def build_options(
 
 
 @dataclass
+class _Launched:
+    launched: list[InstanceInfo]
+    key: tuple[str, str] | None  # the offering that ran out of capacity, if one did
+
+
+@dataclass
 class StepResult:
     model: str
     forecast: list[float]
@@ -168,8 +182,10 @@ class Controller:
     _memory: InterruptionMemory = field(default_factory=InterruptionMemory)
     _doomed: dict[str, float] = field(default_factory=dict)  # instance id -> reclaim time
     _hold_standbys: dict[str, float] = field(default_factory=dict)  # model -> until when
-    _series: dict[str, dict[float, float]] = field(default_factory=dict)
+    _series: dict[str, dict[float, ArrivalWindow]] = field(default_factory=dict)
     _fetched: dict[str, float] = field(default_factory=dict)
+    max_fallbacks: int = 3  # re-plans per step after offerings out of capacity
+    unavailable_ttl_s: float = UNAVAILABLE_OFFERING_TTL_S
 
     async def check_slo(self, now: float, latencies: Mapping[str, Sequence[float]]) -> list[str]:
         """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.
@@ -293,17 +309,22 @@ class Controller:
         everything = await self.fleet.list()
         return [await self._step_model(m, now, everything) for m in self.settings.models]
 
-    async def _step_model(
-        self, spec: ModelSpec, now: float, everything: Sequence[InstanceInfo]
-    ) -> StepResult:
-        # Stopped standbys are not live, but they are the pool: count them there.
-        fleet = [i for i in everything if i.state in LIVE]
+    def _plan(
+        self,
+        spec: ModelSpec,
+        now: float,
+        fleet: Sequence[InstanceInfo],
+        forecast: Sequence[float],
+        by_key: Mapping[tuple[str, str], PlannerOption],
+    ) -> tuple[Plan, GuardDecision, GuardState, list[InstanceInfo]]:
+        """Plan over the offerings not being avoided, then the guards; nothing is done yet.
+
+        Returns the plan, the guarded decision, the guard state to keep if it is
+        carried out, and this model's serving instances the plan counted.
+        """
         t = self.settings.timings
         step_s = t.update_period_s
-        forecast = await self._forecast(spec.name, now, t.window_steps)
-        all_options = list(self.options.get(spec.name, ()))
-        by_key = {o.key: o for o in all_options}
-        options = avoid_interrupted(all_options, self._memory, now)
+        options = avoid_interrupted(list(by_key.values()), self._memory, now)
         # Backups the SLO monitor launched join the fleet the planner keeps or retires.
         mine = [
             i
@@ -322,17 +343,14 @@ class Controller:
                 0 if i.state is InstanceState.READY else math.ceil((ready_at - now) / step_s)
             )
             running.append(RunningInstance(i.instance_id, opt, max(0, steps_left)))
-        try:
-            plan = plan_greedy(
-                forecast,
-                running,
-                options,
-                slo_s=spec.slo.rt_max_ms / 1000.0,
-                step_s=step_s,
-                tau_steps=max(1, round(t.lead_time_s / step_s)),
-            )
-        except NoFeasibleOption as exc:
-            return StepResult(spec.name, forecast, None, [], [], [], 0.0, error=str(exc))
+        plan = plan_greedy(
+            forecast,
+            running,
+            options,
+            slo_s=spec.slo.rt_max_ms / 1000.0,
+            step_s=step_s,
+            tau_steps=max(1, round(t.lead_time_s / step_s)),
+        )
         guard_cfg = GuardConfig(
             t.cooldown_s, t.billing_minimum_s, self.settings.offerings.max_instances
         )
@@ -340,15 +358,27 @@ class Controller:
             FleetInstance(i.instance_id, (i.instance_type, i.market.value), i.launched_at)
             for i in mine
         ]
-        decision, self._guards[spec.name] = apply_guards(
+        decision, state = apply_guards(
             RawDecision.from_plan(plan),
             members,
             self._guards.get(spec.name, GuardState()),
             now,
             guard_cfg,
+            hold=slo_at_risk(self._slo.get(spec.name, SloMonitorState()), now),
         )
-        launched: list[InstanceInfo] = []
-        decisions: list[Decision] = []
+        return plan, decision, state, mine
+
+    async def _launch(
+        self,
+        spec: ModelSpec,
+        now: float,
+        plan: Plan,
+        decision: GuardDecision,
+        fleet: Sequence[InstanceInfo],
+        decisions: list[Decision],
+    ) -> _Launched:
+        """Carry out the decision's launches, stopping at the first offering out of capacity."""
+        out = _Launched([], None)
         for (itype, market), count in decision.launch:
             seen = _count(fleet, spec.name, itype, Market(market), InstanceRole.SERVING)
             token = launch_token(
@@ -360,17 +390,72 @@ class Controller:
                         spec.name, itype, Market(market), count, InstanceRole.SERVING, token
                     )
                 )
+            except InsufficientCapacity as exc:
+                ttl = self.unavailable_ttl_s
+                why = f"{exc}; avoided for {ttl:g} s, planning again without it"
+                decisions.append(
+                    Decision(spec.name, now, "launch-unavailable", why, itype, market, count)
+                )
+                out.key = (itype, market)
+                return out
             except CloudError as exc:
                 decisions.append(
                     Decision(spec.name, now, "launch-failed", str(exc), itype, market, count)
                 )
                 continue
-            launched.extend(got)
+            out.launched.extend(got)
             await self._record_launched(got, now, "planner")
             why = next(
                 (it.explain() for it in plan.launch_items() if it.option.key == (itype, market)), ""
             )
             decisions.append(Decision(spec.name, now, "launch", why, itype, market, count))
+        return out
+
+    async def _step_model(
+        self, spec: ModelSpec, now: float, everything: Sequence[InstanceInfo]
+    ) -> StepResult:
+        # Stopped standbys are not live, but they are the pool: count them there.
+        fleet = [i for i in everything if i.state in LIVE]
+        t = self.settings.timings
+        forecast = await self._forecast(spec.name, now, t.window_steps)
+        by_key = {o.key: o for o in self.options.get(spec.name, ())}
+        launched: list[InstanceInfo] = []
+        decisions: list[Decision] = []
+        exhausted = False
+        # An offering out of capacity is avoided for a while and the step plans again
+        # without it (what it launched before counts as running), a bounded number of times.
+        for attempt in range(self.max_fallbacks + 1):
+            try:
+                plan, decision, guard_state, mine = self._plan(spec, now, fleet, forecast, by_key)
+            except NoFeasibleOption as exc:
+                if attempt == 0:
+                    return StepResult(spec.name, forecast, None, [], [], [], 0.0, error=str(exc))
+                exhausted = True
+                decisions.append(Decision(spec.name, now, "fallback-exhausted", str(exc)))
+                break
+            out_of_capacity = await self._launch(spec, now, plan, decision, fleet, decisions)
+            launched += out_of_capacity.launched
+            if out_of_capacity.key is None:
+                break
+            self._memory = record_interruption(
+                self._memory, out_of_capacity.key, now, self.unavailable_ttl_s
+            )
+            if attempt == self.max_fallbacks:
+                exhausted = True
+                decisions.append(
+                    Decision(
+                        spec.name,
+                        now,
+                        "fallback-exhausted",
+                        f"{self.max_fallbacks} fallback(s) in this step; the rest waits for "
+                        "the next step",
+                    )
+                )
+                break
+            fleet = [i for i in await self.fleet.list() if i.state in LIVE]
+        self._guards[spec.name] = guard_state
+        if exhausted:  # the plan's retirements counted on capacity that did not come
+            decision = replace(decision, retire=())
         if decision.retire:
             try:
                 await self.fleet.terminate(list(decision.retire))
@@ -381,7 +466,8 @@ class Controller:
                 await self._bill_retired(spec.name, decision.retire, mine, now)
             except CloudError as exc:
                 decisions.append(Decision(spec.name, now, "retire-failed", str(exc)))
-        serving = [*mine, *launched]
+        known = {i.instance_id for i in mine}
+        serving = [*mine, *(i for i in launched if i.instance_id not in known)]
         decisions += await self._standbys(spec, now, everything, serving, by_key, forecast)
         plan_id = await self.store.record_plan(
             PlanRecord(
@@ -589,38 +675,46 @@ class Controller:
         )
 
     async def _history(self, model: str, now: float) -> tuple[float, list[float]]:
-        """Per-minute max rates of the last ``history_minutes`` whole minutes.
+        """Max rate per minute of the last ``history_minutes`` minutes, the last one ending now.
 
-        Kept in memory between steps: only windows since the last step are read
-        from the store, so a day of history costs one query of a minute's rows.
+        The minutes slide with ``now`` instead of being cut at wall-clock
+        minute boundaries, so with P_u < 60 s each step sees the load of the
+        last 60 s, not the last whole minute (up to a minute stale). The 5 s
+        windows are kept in memory between steps: only windows since the last
+        step (and the two minutes before, for late ones) are read from the store.
         """
         minutes = self.settings.predictor.history_minutes
-        end = math.floor(now / 60.0) * 60.0
-        start = end - minutes * 60.0
+        start = now - minutes * 60.0
         cache = self._series.setdefault(model, {})
-        fetched = self._fetched.get(model, start)
-        since = max(start, min(fetched, end - 120.0))  # re-read the last minutes: late windows
-        for k, rate in enumerate(
-            max_rate_per_minute(
-                await self.store.arrivals(model, since, end), since, int((end - since) // 60)
-            )
-        ):
-            cache[since + 60.0 * k] = rate
-        self._fetched[model] = end
+        since = max(start, self._fetched.get(model, start) - 120.0)
+        for w in await self.store.arrivals(model, since, now):
+            cache[w.window_start] = w
+        self._fetched[model] = now
         for key in [k for k in cache if k < start]:
             del cache[key]
-        return start, [cache.get(start + 60.0 * k, 0.0) for k in range(minutes)]
+        return start, max_rate_per_minute(list(cache.values()), start, minutes)
 
     async def _forecast(self, model: str, now: float, steps: int) -> list[float]:
+        """The forecast max rate for each of the next ``steps`` control steps (P_u each).
+
+        Forecasters speak per minute; with P_u < 60 s each minute's value
+        covers the steps inside it, so the planner's τ and cool-down arithmetic,
+        which count in steps, read the forecast on the right time axis.
+        """
+        step_s = self.settings.timings.update_period_s
+        per_minute = await self._forecast_minutes(model, now, math.ceil(steps * step_s / 60.0))
+        return [per_minute[min(int(k * step_s // 60.0), len(per_minute) - 1)] for k in range(steps)]
+
+    async def _forecast_minutes(self, model: str, now: float, minutes: int) -> list[float]:
         start, values = await self._history(model, now)
         online = self.predictors.get(model)
         if online is None or not any(values):
-            return [max(0.0, float(x)) for x in self.forecast(values[-60:], steps)]
+            return [max(0.0, float(x)) for x in self.forecast(values[-60:], minutes)]
         history = History(
             np.asarray(values, dtype=np.float64), np.datetime64(int(start // 60), "m")
         )
         online.maybe_refit(history, int(now // 60))
-        return [float(x) for x in online.forecast(history, steps)]
+        return [float(x) for x in online.forecast(history, minutes)]
 
     async def _bill_retired(
         self,

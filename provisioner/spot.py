@@ -14,7 +14,8 @@ minutes, and they can run at full speed for about 30 minutes on CPU credits.
 * ``standbys_to_stop``: once replacements serve, stop the standbys no longer
   needed, keeping enough for capacity not yet replaced.
 * ``InterruptionMemory`` / ``avoid_interrupted``: do not buy an offering again
-  for ``ttl_s`` after it was interrupted (Karpenter uses 3 minutes).
+  for ``ttl_s`` after it was interrupted, or found out of capacity (Karpenter
+  uses 3 minutes for both).
 * ``diversify_spot``: spread spot capacity over the cheapest offerings, at most
   ``max_share`` of it on any one, so one reclaimed pool cannot take it all.
 """
@@ -29,6 +30,10 @@ from provisioner.greedy import OptionKey, PlannerOption
 
 INTERRUPTED_OFFERING_TTL_S = 180.0
 """Karpenter's unavailable-offerings cache lasts 3 minutes."""
+
+UNAVAILABLE_OFFERING_TTL_S = INTERRUPTED_OFFERING_TTL_S
+"""An offering out of capacity (InsufficientInstanceCapacity, SpotMaxPriceTooLow)
+is avoided as long, in the same memory: Karpenter caches both the same way."""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -276,5 +277,149 @@ async def test_spot_interruption_starts_standbys_and_replans_around_the_offering
         }
         billed = [e for e in await store.ledger() if e.instance_id == victim.instance_id]
         assert len(billed) == 1 and billed[0].end == notice.action_at
+    finally:
+        await store.close()
+
+
+def _two_types(settings_overrides: dict[str, object] | None = None) -> tuple[Any, list[Any]]:
+    settings = load_settings(
+        overrides={
+            "offerings": {"types": ["c5.large", "c5.xlarge"], "markets": ["on-demand"]},
+            **(settings_overrides or {}),
+        }
+    )
+    lat = {
+        "c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080}),
+        "c5.xlarge": BatchLatency.from_mapping({1: 0.012, 8: 0.045}),
+    }
+    spec = settings.models[0]
+    options = build_options(
+        spec, load_catalog(), settings.offerings.types, [Market.ON_DEMAND], lat, 90.0
+    )
+    return settings, options
+
+
+async def test_an_offering_out_of_capacity_is_avoided_and_the_next_one_bought_in_the_same_step(
+    tmp_path: Path,
+) -> None:
+    settings, options = _two_types()
+    spec = settings.models[0]
+    catalog = load_catalog()
+    clock = ManualClock(T0)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        rate = 3 * max(o.capacity_rps for o in options)
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 - 600 + 5 * k, 5.0, int(rate * 5)) for k in range(120)]
+        )
+        # The planner buys c5.large when everything is available...
+        probe = Controller(settings, SimFleet(catalog, clock.now), store, {spec.name: options})
+        (first,) = await probe.step(clock.now())
+        key = ("c5.large", "on-demand")
+        assert key in {(i.instance_type, i.market.value) for i in first.launched}
+        # ...but it is out of capacity here (as EC2 answers InsufficientInstanceCapacity).
+        fleet = SimFleet(catalog, clock.now, capacity={key: 0})
+        ctl = Controller(settings, fleet, store, {spec.name: options})
+        (res,) = await ctl.step(clock.now())
+        assert res.error is None and res.launched
+        assert {i.instance_type for i in res.launched} == {"c5.xlarge"}
+        capacity = sum(
+            next(o.capacity_rps for o in options if o.instance_type == i.instance_type)
+            for i in res.launched
+        )
+        assert capacity >= rate * 1.2 - 1e-6  # the fallback still covers the forecast
+        plan = (await store.plans(spec.name, limit=1))[0]
+        actions = [(d.action, d.instance_type) for d in plan.decisions]
+        unavailable = actions.index(("launch-unavailable", "c5.large"))
+        assert ("launch", "c5.xlarge") in actions[unavailable:]  # bought after, same step
+        (why,) = [d.reason for d in plan.decisions if d.action == "launch-unavailable"]
+        assert "avoided for 180 s" in why
+
+        # Within the TTL the offering is not tried again; after it, it is.
+        fleet.capacity[key] = 100
+        clock.advance(60)
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 + 5 * k, 5.0, int(3 * rate * 5)) for k in range(12)]
+        )
+        (res2,) = await ctl.step(clock.now())
+        assert all((i.instance_type, i.market.value) != key for i in res2.launched)
+        clock.advance(180)
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 + 60 + 5 * k, 5.0, int(9 * rate * 5)) for k in range(48)]
+        )
+        (res3,) = await ctl.step(clock.now())
+        assert any((i.instance_type, i.market.value) == key for i in res3.launched)
+    finally:
+        await store.close()
+
+
+async def test_fallbacks_are_bounded_when_nothing_has_capacity(tmp_path: Path) -> None:
+    settings, options = _two_types()
+    spec = settings.models[0]
+    clock = ManualClock(T0)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        await store.add_arrivals([ArrivalWindow(spec.name, T0 - 30, 5.0, 500)])
+        fleet = SimFleet(load_catalog(), clock.now, capacity={o.key: 0 for o in options})
+        ctl = Controller(settings, fleet, store, {spec.name: options}, max_fallbacks=1)
+        (res,) = await ctl.step(clock.now())
+        assert res.launched == [] and res.error is None
+        plan = (await store.plans(spec.name, limit=1))[0]
+        actions = [d.action for d in plan.decisions]
+        assert actions == ["launch-unavailable", "launch-unavailable", "fallback-exhausted"]
+    finally:
+        await store.close()
+
+
+async def test_backups_are_not_retired_while_the_slo_monitor_waits_to_judge_them(
+    tmp_path: Path,
+) -> None:
+    settings, options = _two_types(
+        {
+            "timings": {"cooldown_s": 90, "billing_minimum_s": 60},
+            "slo_monitor": {"last_m": 10, "launch_l": 1, "holdoff_s": 270},
+        }
+    )
+    spec = settings.models[0]
+    clock = ManualClock(T0)
+    fleet = SimFleet(load_catalog(), clock.now, boot_delay_s=lambda _t: 10.0)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        ctl = Controller(settings, fleet, store, {spec.name: options}, boot_s=10.0)
+        # No load the planner can see, yet requests miss RT_max: the model was wrong.
+        (backup,) = await ctl.check_slo(clock.now(), {spec.name: [0.5] * 10})
+        for _ in range(4):  # 4 minutes, inside the hold-off: past cool-down and billing minimum
+            clock.advance(60)
+            (res,) = await ctl.step(clock.now())
+            assert res.retired == []
+            assert [h[0] for h in res.held] == [backup] and "SLO missed" in res.held[0][1]
+        clock.advance(60)  # hold-off over, but the cool-down runs from the last held step
+        (res,) = await ctl.step(clock.now())
+        assert res.retired == [] and "cool-down" in res.held[0][1]
+        clock.advance(60)
+        (res,) = await ctl.step(clock.now())
+        assert res.retired == [backup]
+    finally:
+        await store.close()
+
+
+async def test_with_a_short_update_period_the_forecast_sees_the_last_60_s(tmp_path: Path) -> None:
+    settings = load_settings(
+        overrides={"timings": {"update_period_s": 5, "window_steps": 24, "lead_time_s": 30}}
+    )
+    spec = settings.models[0]
+    now = T0 + 45.0  # 45 s into a wall-clock minute
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 - 60 + 5 * k, 5.0, 10) for k in range(12)]  # 2 r/s
+            + [ArrivalWindow(spec.name, T0 + 5 * k, 5.0, 100) for k in range(9)]  # now 20 r/s
+        )
+        ctl = Controller(
+            settings, SimFleet(load_catalog(), ManualClock(now).now), store, {spec.name: []}
+        )
+        forecast = await ctl._forecast(spec.name, now, 24)
+        # The climb inside the current minute is seen at once, and 24 steps of 5 s come back.
+        assert forecast == [pytest.approx(24.0)] * 24
     finally:
         await store.close()
