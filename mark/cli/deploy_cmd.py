@@ -10,11 +10,13 @@ import typer
 from rich.table import Table
 
 from mark.cli.context import console
+from mark.deploy import image as img
 from mark.deploy import package as pkg
 from mark.deploy import template as tpl
 
 app = typer.Typer(
-    help="Deploy to AWS: build the Lambda zip and agent bundle, print the CloudFormation template.",
+    help="Deploy to AWS: build the spill image context and the agent bundle, print the "
+    "CloudFormation template.",
     no_args_is_help=True,
 )
 
@@ -37,31 +39,34 @@ def package(
         Path("dist/deploy"), "--out", "-o", file_okay=False, help="directory to write into"
     ),
 ) -> None:
-    """Build the Lambda spill zip and the agent bundle, print their paths, sizes and uploads."""
-    with console.status("building the Lambda zip and the agent bundle..."):
-        lam = pkg.build_lambda_zip(out)
+    """Write the spill function's image context and the agent bundle; print how to ship them."""
+    with console.status("building mark's wheel, the spill image context and the agent bundle..."):
+        image = img.build_spill_image(out)
         bundle = pkg.build_agent_bundle(out)
-    table = Table("artifact", "path", "size", "template parameter")
     keys = tpl.parameters(tpl.load(tpl.template_text()))
-    rows = [
-        ("Lambda spill zip", lam.path, "LambdaCodeKey"),
-        ("agent bundle", bundle, "AgentBundleKey"),
-    ]
-    for what, path, key in rows:
-        table.add_row(what, str(path), _size(path.stat().st_size), key)
+    table = Table("artifact", "path", "size", "template parameter")
+    context_size = sum(p.stat().st_size for p in image.context.iterdir() if p.is_file())
+    table.add_row("spill image context", str(image.context), _size(context_size), "SpillImageUri")
+    table.add_row("agent bundle", str(bundle), _size(bundle.stat().st_size), "AgentBundleKey")
     console.print(table)
-    console.print(f"the zip holds {', '.join(lam.modules)}", highlight=False)
-    if lam.external:
-        console.print(
-            f"the spill function imports {', '.join(lam.external)} from outside the zip: "
-            "give it a layer (SpillLayerArns); see infra/README.md",
-            highlight=False,
-        )
-    console.print("upload with:", highlight=False)
-    for _what, path, key in rows:
-        console.print(
-            f"  aws s3 cp {path} s3://$BUCKET/{keys[key].default}", highlight=False, soft_wrap=True
-        )
+    console.print(
+        f"the image installs {', '.join(image.requirements)} and mark's wheel "
+        f"({image.wheel.name}, no dependencies); CMD {img.HANDLER}",
+        highlight=False,
+    )
+    console.print("upload the bundle:", highlight=False)
+    console.print(
+        f"  aws s3 cp {bundle} s3://$BUCKET/{keys['AgentBundleKey'].default}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
+        "build and push the spill image (REGION=the stack's region; needs Docker):",
+        highlight=False,
+    )
+    for line in img.push_commands(image):
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
+    console.print("then deploy with SpillImageUri=$SPILL_IMAGE", highlight=False)
 
 
 @app.command("template")

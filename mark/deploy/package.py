@@ -1,10 +1,9 @@
-"""Build what the stack boots from: the Lambda spill zip and the instances' agent bundle.
+"""Build what the stack boots from: the agent bundle, and what the spill image needs to know.
 
-The Lambda zip holds ``lambda_handlers`` and every module of this project it
-imports (found by reading the imports, so a new import cannot be forgotten);
-third-party packages it imports (torch) are *not* in the zip: torch alone is
-several times Lambda's 250 MB unzipped limit, so they come from layers
-(``SpillLayerArns``) and are reported as such.
+``import_closure`` reads the imports of this project's modules to find every
+module a root needs and the third-party packages those import; the spill
+function's image (``mark.deploy.image``) installs exactly those, so a new
+import of the handler cannot be forgotten.
 
 The agent bundle is mark's source tree as pip installs it (``pyproject.toml``,
 the five packages, ``README.md``) plus ``constraints.txt``, under one top
@@ -12,8 +11,8 @@ directory ``mark-src/``: the instances' user data runs
 ``pip install -c mark-src/constraints.txt mark-src`` so every machine gets the
 versions the test suite ran with.
 
-Both archives are byte-for-byte reproducible (sorted entries, fixed timestamps
-and owners), so an unchanged tree uploads an unchanged object.
+The bundle is byte-for-byte reproducible (sorted entries, fixed timestamps and
+owners), so an unchanged tree uploads an unchanged object.
 """
 
 from __future__ import annotations
@@ -25,10 +24,8 @@ import io
 import os
 import sys
 import tarfile
-import zipfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from mark.errors import ConfigError
 
@@ -37,20 +34,10 @@ PROJECT_PACKAGES = ("mark", "predictor", "provisioner", "bouncer", "lambda_handl
 #: Top-level files pip needs to build the project from source.
 PROJECT_FILES = ("pyproject.toml", "README.md", "constraints.txt")
 BUNDLE_TOP = "mark-src"
-LAMBDA_ZIP = "spill-lambda.zip"
 AGENT_BUNDLE = "agent-bundle.tar.gz"
-HANDLER_PACKAGE = "lambda_handlers"
 
-_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
 _SKIP_DIRS = {"__pycache__", ".mypy_cache", ".pytest_cache"}
 _SKIP_SUFFIXES = {".pyc", ".pyo"}
-
-
-@dataclass(frozen=True, slots=True)
-class LambdaZip:
-    path: Path
-    modules: tuple[str, ...]  # this project's modules inside the zip
-    external: tuple[str, ...]  # third-party top-level packages the handler needs from layers
 
 
 def project_root() -> Path:
@@ -107,16 +94,19 @@ def _module_file(name: str) -> tuple[Path, bool] | None:
     return Path(spec.origin), spec.submodule_search_locations is not None
 
 
-def handler_closure(package: str = HANDLER_PACKAGE) -> tuple[dict[str, Path], set[str]]:
-    """Every module of this project that ``package`` needs (with parent packages), and the
-    third-party top-level packages it imports (stdlib excluded)."""
-    root = _module_file(package)
-    if root is None:
-        raise ConfigError(f"cannot find the package {package!r} to build the Lambda zip from")
-    pending = [package]
-    for path in sorted(root[0].parent.glob("*.py")):
-        if path.stem != "__init__":
-            pending.append(f"{package}.{path.stem}")
+def import_closure(roots: Iterable[str]) -> tuple[dict[str, Path], set[str]]:
+    """Every module of this project that ``roots`` need (a package brings all its modules;
+    parent packages included), and the third-party top-level packages they import
+    (stdlib excluded)."""
+    pending: list[str] = []
+    for root in roots:
+        located = _module_file(root)
+        if located is None:
+            raise ConfigError(f"cannot find this project's module {root!r}")
+        pending.append(root)
+        path, is_package = located
+        if is_package:
+            pending.extend(f"{root}.{p.stem}" for p in path.parent.glob("*.py"))
     found: dict[str, Path] = {}
     external: set[str] = set()
     while pending:
@@ -138,30 +128,14 @@ def handler_closure(package: str = HANDLER_PACKAGE) -> tuple[dict[str, Path], se
     return found, external
 
 
-def _zip_entry(arcname: str) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(arcname, date_time=_EPOCH)
-    info.compress_type = zipfile.ZIP_DEFLATED
-    info.external_attr = 0o644 << 16
-    return info
-
-
-def build_lambda_zip(out_dir: Path) -> LambdaZip:
-    """``out_dir/spill-lambda.zip``: the handler package and the project modules it imports."""
-    modules, external = handler_closure()
-    entries: dict[str, Path] = {}
-    for name, path in modules.items():
-        rel = PurePosixPath(*name.split("."))
-        arc = rel / "__init__.py" if path.name == "__init__.py" else rel.with_suffix(".py")
-        entries[arc.as_posix()] = path
-    typed = modules[HANDLER_PACKAGE].parent / "py.typed"
-    if typed.is_file():
-        entries[f"{HANDLER_PACKAGE}/py.typed"] = typed
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / LAMBDA_ZIP
-    with zipfile.ZipFile(target, "w") as zf:
-        for arcname in sorted(entries):
-            zf.writestr(_zip_entry(arcname), entries[arcname].read_bytes())
-    return LambdaZip(target, tuple(sorted(modules)), tuple(sorted(external)))
+def copy_source_tree(dest: Path, root: Path | None = None) -> Path:
+    """The files pip builds mark from (the bundle's members), copied under ``dest``."""
+    root = root if root is not None else project_root()
+    for arcname, path in _bundle_members(root):
+        target = dest / arcname
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())  # follows links: the packaged template is one
+    return dest
 
 
 def _bundle_members(root: Path) -> Iterable[tuple[str, Path]]:

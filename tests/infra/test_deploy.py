@@ -5,17 +5,17 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
 import textwrap
-import warnings
 import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
+from mark.deploy import image as img
 from mark.deploy import package as pkg
 from mark.deploy import template as tpl
 from mark.errors import ConfigError
@@ -31,63 +31,102 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-# -- the Lambda zip -------------------------------------------------------------------
+# -- the spill function's image context ----------------------------------------------------
 
 
-def test_lambda_zip_holds_the_handler_package_and_names_torch_as_external(tmp_path: Path) -> None:
-    built = pkg.build_lambda_zip(tmp_path)
-    names = zipfile.ZipFile(built.path).namelist()
-    assert names == sorted(names)
-    assert {"lambda_handlers/__init__.py", "lambda_handlers/spill.py"} <= set(names)
-    assert not [n for n in names if n.startswith(("mark/", "bouncer/")) or n.endswith(".pyc")]
-    assert built.external == ("torch",)  # the handler's only third-party import
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> img.SpillImage:
+    return img.build_spill_image(tmp_path_factory.mktemp("deploy"))
 
 
-def test_lambda_zip_is_reproducible(tmp_path: Path) -> None:
-    a = pkg.build_lambda_zip(tmp_path / "a").path.read_bytes()
-    b = pkg.build_lambda_zip(tmp_path / "b").path.read_bytes()
-    assert a == b
+def _instructions(dockerfile: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments out."""
+    joined = re.sub(r"\\\n", " ", dockerfile)
+    lines = [x.strip() for x in joined.splitlines() if x.strip() and not x.strip().startswith("#")]
+    return [(x.split(None, 1)[0], x.split(None, 1)[1]) for x in lines]
 
 
-def test_the_unzipped_handler_imports_and_runs_a_batch_without_the_project(
-    tmp_path: Path,
+def test_dockerfile_is_the_lambda_python_base_with_the_handler_as_cmd(
+    image: img.SpillImage,
 ) -> None:
-    """Unzip as Lambda does and import from there alone: mark, bouncer & co. are blocked, so
-    an import the zip lacks fails here rather than in the first cold start on AWS."""
-    built = pkg.build_lambda_zip(tmp_path / "out")
-    task = tmp_path / "task"  # Lambda's /var/task
-    zipfile.ZipFile(built.path).extractall(task)
-    model = tmp_path / "linear.pt"
-    with warnings.catch_warnings():  # torch 2.13 calls TorchScript deprecated; mark still uses it
-        warnings.simplefilter("ignore", DeprecationWarning)
-        scripted = torch.jit.script(torch.nn.Linear(2, 1, bias=False))  # type: ignore[no-untyped-call]
-        torch.jit.save(scripted, str(model))  # type: ignore[no-untyped-call]
+    steps = _instructions((image.context / "Dockerfile").read_text())
+    assert steps[0] == ("FROM", "public.ecr.aws/lambda/python:3.11")
+    assert steps[-1] == ("CMD", '["lambda_handlers.spill.handler"]')
+    (copy,) = [args for op, args in steps if op == "COPY"]
+    *sources, dest = copy.split()
+    for name in sources:  # every file the build copies is in the context
+        assert (image.context / name).is_file(), name
+    assert sorted(sources) == sorted(
+        p.name for p in image.context.iterdir() if p.name != "Dockerfile"
+    )
+    (run_,) = [args for op, args in steps if op == "RUN"]
+    first, second = run_.split(" && ")[:2]
+    assert f"-c {dest}constraints.txt" in first and f"-r {dest}requirements.txt" in first
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in first
+    assert f'--no-deps --target "${{LAMBDA_TASK_ROOT}}" {dest}{image.wheel.name}' in second
+
+
+def test_requirements_pin_exactly_what_the_handler_and_demo_import(
+    image: img.SpillImage,
+) -> None:
+    """Every third-party import of the handler (and of the default model's module) is
+    installed, at the very line constraints.txt pins, and torch is the CPU build of the
+    version pyproject names."""
+    pins = img.read_pins((ROOT / "constraints.txt").read_text())
+    lines = (image.context / "requirements.txt").read_text().split()
+    assert tuple(lines) == image.requirements
+    assert all(pins[img.canonical(line.split("==")[0])] == line for line in lines)
+    _, handler_imports = pkg.import_closure(["lambda_handlers"])
+    _, demo_imports = pkg.import_closure(["mark.demo"])
+    assert handler_imports == {"torch", "boto3", "botocore"}
+    assert demo_imports == {"torch", "numpy", "sklearn"}
+    named = {img.canonical(line.split("==")[0]) for line in lines}
+    assert named == {"boto3", "botocore", "torch", "numpy", "scikit-learn"}
+    assert "torch==2.13.0+cpu" in lines
+    assert '"torch==2.13.0"' in (ROOT / "pyproject.toml").read_text()
+    assert (image.context / "constraints.txt").read_text() == (ROOT / "constraints.txt").read_text()
+
+
+def test_the_cmd_handler_imports_from_the_wheel_alone(
+    image: img.SpillImage, tmp_path: Path
+) -> None:
+    """Import the CMD's module with the wheel first on the path, as LAMBDA_TASK_ROOT is,
+    from a directory outside the checkout: it must come from the wheel and be callable."""
+    module, _, attr = img.HANDLER.rpartition(".")
     script = textwrap.dedent(
         f"""
-        import json, sys
-        TASK = {str(task)!r}
-        sys.path.insert(0, TASK)
-
-        class Block:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {{"mark", "bouncer", "provisioner", "predictor"}}:
-                    raise ImportError("not in the Lambda zip: " + name)
-                return None
-
-        sys.meta_path.insert(0, Block())
-        import lambda_handlers.spill as spill
-        assert spill.__file__.startswith(TASK), spill.__file__
-        event = {{"model": "m", "instances": [[1.0, 2.0], [3.0, 4.0]], "source": {str(model)!r}}}
-        print(json.dumps(spill.handler(event, None)))
+        import importlib, sys
+        sys.path.insert(0, {str(image.wheel)!r})
+        mod = importlib.import_module({module!r})
+        assert mod.__file__.startswith({str(image.wheel)!r}), mod.__file__
+        assert callable(getattr(mod, {attr!r}))
+        demo = importlib.import_module("mark.demo")
+        assert demo.__file__.startswith({str(image.wheel)!r}) and callable(demo.digits_model)
+        print("ok")
         """
     )
     out = subprocess.run(
-        [sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     assert out.returncode == 0, out.stderr
-    reply = json.loads(out.stdout.strip().splitlines()[-1])
-    assert reply["model"] == "m" and reply["cold_start"] is True
-    assert len(reply["outputs"]) == 2 and all(len(row) == 1 for row in reply["outputs"])
+    assert out.stdout.strip() == "ok"
+
+
+def test_image_context_and_its_tag_are_reproducible(tmp_path: Path) -> None:
+    # From one snapshot of the tree: others may be editing the checkout meanwhile.
+    src = pkg.copy_source_tree(tmp_path / "src")
+    a = img.build_spill_image(tmp_path / "a", root=src)
+    b = img.build_spill_image(tmp_path / "b", root=src)
+    assert a.tag == b.tag
+    for path in a.context.iterdir():
+        assert (b.context / path.name).read_bytes() == path.read_bytes(), path.name
+    (src / "lambda_handlers" / "spill.py").write_text("# changed\n", encoding="utf-8")
+    assert img.build_spill_image(tmp_path / "c", root=src).tag != a.tag
 
 
 # -- the agent bundle ---------------------------------------------------------------------
@@ -203,11 +242,18 @@ def test_cli_template_rejects_bad_params_in_one_line_with_exit_2(
     assert needle in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
-def test_cli_package_writes_both_artifacts_and_says_where(tmp_path: Path) -> None:
+def test_cli_package_writes_both_artifacts_and_prints_the_push_commands(tmp_path: Path) -> None:
     out = run("deploy", "package", "--out", str(tmp_path / "dist"))
     assert out.returncode == 0, out.stderr
-    for name in (pkg.LAMBDA_ZIP, pkg.AGENT_BUNDLE):
-        assert (tmp_path / "dist" / name).stat().st_size > 0
-        assert name in out.stdout
-    assert "s3://$BUCKET/mark/spill-lambda.zip" in out.stdout
-    assert "KiB" in out.stdout and "torch" in out.stdout
+    assert (tmp_path / "dist" / pkg.AGENT_BUNDLE).stat().st_size > 0
+    assert (tmp_path / "dist" / img.IMAGE_DIR / "Dockerfile").is_file()
+    assert "s3://$BUCKET/mark/agent-bundle.tar.gz" in out.stdout
+    tag = img.build_spill_image(tmp_path / "again").tag  # the tag is the content's
+    context = tmp_path / "dist" / img.IMAGE_DIR
+    lines = [line.strip() for line in out.stdout.splitlines()]
+    build = f"docker build --platform linux/amd64 --provenance=false -t $REPO:{tag} {context}"
+    assert build in lines
+    assert f"docker push $REPO:{tag}" in lines
+    assert "REPO=$ACCOUNT.dkr.ecr.$REGION.amazonaws.com/mark-spill" in lines
+    assert "then deploy with SpillImageUri=$SPILL_IMAGE" in lines
+    assert "torch==2.13.0+cpu" in out.stdout

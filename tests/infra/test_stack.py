@@ -2,13 +2,17 @@
 
 Two stacks cover both sides of the template's conditions: one that creates its own
 VPC and keeps SQLite on an EBS volume, and one in an existing VPC with PostgreSQL
-from a secret, HTTPS, a model file and Lambda layers.
+from a secret, HTTPS and a model file. The spill function's image is "pushed" to
+moto's ECR first (a manifest under the tag `mark deploy package` computes), and moto
+is told to check that the image exists, as Lambda does.
 """
 
 from __future__ import annotations
 
 import ast
 import base64
+import contextlib
+import hashlib
 import json
 import re
 import time
@@ -23,14 +27,16 @@ import boto3
 import pytest
 import yaml
 
+from lambda_handlers import spill
 from mark.cloud.aws.fleet import TAG_CLUSTER
 from mark.cloud.aws.interruptions import EVENT_PATTERN
 from mark.config import ApiSpec, ModelSpec
-from mark.deploy import package as pkg
+from mark.deploy import image as img
 from mark.deploy import template as tpl
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
+ACCOUNT = "123456789012"  # moto's
 #: What moto 5.2.5 leaves out of a stack without failing it (infra/README.md lists these).
 MOTO_SKIPS = {"InterruptionQueuePolicy"}
 
@@ -82,18 +88,37 @@ def _conditions_hold(template: Mapping[str, Any], params: Mapping[str, str]) -> 
     return conds
 
 
-def _create(endpoint: str, params: dict[str, str], lambda_zip: bytes) -> Stack:
+def _push(stack: Stack, image_uri: str) -> None:
+    """What `docker push` leaves in ECR, as far as Lambda looks: a manifest under the tag."""
+    repository, _, tag = image_uri.partition("/")[2].partition(":")
+    ecr = stack.client("ecr")
+    with contextlib.suppress(ecr.exceptions.RepositoryAlreadyExistsException):
+        ecr.create_repository(repositoryName=repository)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {
+            "mediaType": "application/vnd.docker.container.image.v1+json",
+            "size": 7023,
+            "digest": "sha256:" + hashlib.sha256(tag.encode()).hexdigest(),
+        },
+        "layers": [],
+    }
+    with contextlib.suppress(ecr.exceptions.ImageAlreadyExistsException):  # pushed before
+        ecr.put_image(repositoryName=repository, imageManifest=json.dumps(manifest), imageTag=tag)
+
+
+def _create(endpoint: str, params: dict[str, str]) -> Stack:
     name = f"mark-test-{uuid.uuid4().hex[:8]}"
     stack = Stack(name, params, {}, {}, set(), set(), endpoint)
-    s3 = stack.client("s3")
-    s3.create_bucket(Bucket=params["ArtifactBucket"])
-    s3.put_object(
-        Bucket=params["ArtifactBucket"], Key="mark/spill-lambda.zip", Body=lambda_zip
-    )  # moto's Lambda reads the code object, so it must be the real zip
+    stack.client("s3").create_bucket(Bucket=params["ArtifactBucket"])
+    _push(stack, params["SpillImageUri"])
     cf = stack.client("cloudformation")
     body = (ROOT / "infra" / "mark.yaml").read_text()
-    # moto runs in this process (a server thread): its "not supported" warnings land here.
-    with warnings.catch_warnings(record=True) as caught:
+    # moto runs in this process (a server thread): its "not supported" warnings land here,
+    # and it reads MOTO_LAMBDA_STUB_ECR per call: false makes it look the image up in ECR.
+    with warnings.catch_warnings(record=True) as caught, pytest.MonkeyPatch.context() as env:
+        env.setenv("MOTO_LAMBDA_STUB_ECR", "false")
         warnings.simplefilter("always")
         cf.create_stack(
             StackName=name,
@@ -126,24 +151,27 @@ def _create(endpoint: str, params: dict[str, str], lambda_zip: bytes) -> Stack:
 
 
 @pytest.fixture(scope="module")
-def lambda_zip(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    return pkg.build_lambda_zip(tmp_path_factory.mktemp("deploy")).path.read_bytes()
+def image_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where the README's commands push the image `mark deploy package` writes."""
+    built = img.build_spill_image(tmp_path_factory.mktemp("deploy"))
+    return f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/{img.REPOSITORY}:{built.tag}"
 
 
 @pytest.fixture(scope="module")
-def own_vpc(moto_endpoint: str, lambda_zip: bytes) -> Iterator[Stack]:
+def own_vpc(moto_endpoint: str, image_uri: str) -> Iterator[Stack]:
     """Own VPC, SQLite on EBS, HTTP only, the demo model."""
     params = {
         "ArtifactBucket": f"mark-art-{uuid.uuid4().hex[:8]}",
+        "SpillImageUri": image_uri,
         "ClusterName": "prod",
         "LogRetentionDays": "14",
     }
-    yield _create(moto_endpoint, params, lambda_zip)
+    yield _create(moto_endpoint, params)
 
 
 @pytest.fixture(scope="module")
-def existing_vpc(moto_endpoint: str, lambda_zip: bytes) -> Iterator[Stack]:
-    """moto's default VPC, PostgreSQL URL in a secret, HTTPS, a model file, a torch layer."""
+def existing_vpc(moto_endpoint: str, image_uri: str) -> Iterator[Stack]:
+    """moto's default VPC, PostgreSQL URL in a secret, HTTPS, a model file."""
     creds = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto_endpoint, **creds)
     vpc = next(v["VpcId"] for v in ec2.describe_vpcs()["Vpcs"] if v["IsDefault"])
@@ -159,6 +187,7 @@ def existing_vpc(moto_endpoint: str, lambda_zip: bytes) -> Iterator[Stack]:
     cert = acm.request_certificate(DomainName="mark.example.com")["CertificateArn"]
     params = {
         "ArtifactBucket": f"mark-art-{uuid.uuid4().hex[:8]}",
+        "SpillImageUri": image_uri,
         "VpcId": vpc,
         "SubnetIds": ",".join(s["SubnetId"] for s in subnets[:2]),
         "DatabaseSecretArn": secret,
@@ -166,10 +195,9 @@ def existing_vpc(moto_endpoint: str, lambda_zip: bytes) -> Iterator[Stack]:
         "ModelKey": "models/resnet.pt",
         "ModelName": "resnet",
         "ModelInputShape": "3,224,224",
-        "SpillLayerArns": "arn:aws:lambda:us-east-1:123456789012:layer:torch:3",
         "ApiPort": "9000",
     }
-    yield _create(moto_endpoint, params, lambda_zip)
+    yield _create(moto_endpoint, params)
 
 
 def _user_data(stack: Stack, template_id: str) -> str:
@@ -436,23 +464,50 @@ def test_postgres_stack_reads_the_secret_instead_of_attaching_a_volume(
 # -- the spill function and logs -----------------------------------------------------------
 
 
-def test_spill_function_runs_the_handler_with_its_own_role(
+def test_spill_function_is_the_pushed_image_with_its_own_role(
     own_vpc: Stack, existing_vpc: Stack
 ) -> None:
-    fn = own_vpc.client("lambda").get_function(FunctionName=own_vpc.outputs["SpillFunctionName"])
-    config = fn["Configuration"]
-    assert config["Handler"] == "lambda_handlers.spill.handler"
-    assert config["Runtime"] == "python3.11"
-    assert config["MemorySize"] == 2048
-    role = own_vpc.client("iam").get_role(RoleName=own_vpc.physical["SpillFunctionRole"])
-    assert config["Role"] == role["Role"]["Arn"]
-    # moto's CloudFormation drops a function's Layers, so the layers are checked in the
-    # template: the function takes SpillLayerArns when any are given.
-    resources = tpl.load((ROOT / "infra" / "mark.yaml").read_text())["Resources"]
-    assert resources["SpillFunction"]["Properties"]["Layers"] == {
-        "Fn::If": ["HasSpillLayers", {"Ref": "SpillLayerArns"}, {"Ref": "AWS::NoValue"}]
-    }
+    for stack in (own_vpc, existing_vpc):
+        fn = stack.client("lambda").get_function(FunctionName=stack.outputs["SpillFunctionName"])
+        assert fn["Code"]["RepositoryType"] == "ECR"
+        assert fn["Code"]["ImageUri"] == stack.params["SpillImageUri"]
+        config = fn["Configuration"]
+        assert config["MemorySize"] == 2048 and config["Timeout"] == 60
+        role = stack.client("iam").get_role(RoleName=stack.physical["SpillFunctionRole"])
+        assert config["Role"] == role["Role"]["Arn"]
+    # moto's CloudFormation drops PackageType and Architectures (it reports a Zip
+    # function), so those are checked in the template; no Runtime or Handler, which
+    # Lambda refuses for an image (the image's CMD names the handler).
+    props = tpl.load((ROOT / "infra" / "mark.yaml").read_text())["Resources"]["SpillFunction"]
+    assert props["Properties"]["PackageType"] == "Image"
+    assert props["Properties"]["Architectures"] == ["x86_64"]
+    assert not {"Runtime", "Handler", "Layers"} & set(props["Properties"])
     assert existing_vpc.outputs["SpillFunctionName"].endswith("-spill")
+
+
+def test_spill_function_is_told_its_model_and_may_read_exactly_that_object(
+    own_vpc: Stack, existing_vpc: Stack
+) -> None:
+    """The aws world sends no model source; the handler reads it from the variable the
+    stack sets (the same name), an s3:// URL of ModelKey or else the ModelSource factory."""
+    env = {}
+    for stack in (own_vpc, existing_vpc):
+        fn = stack.client("lambda").get_function(FunctionName=stack.outputs["SpillFunctionName"])
+        env[stack.name] = fn["Configuration"]["Environment"]["Variables"]
+    bucket = existing_vpc.params["ArtifactBucket"]
+    assert env[existing_vpc.name] == {
+        spill.SOURCE_ENV: f"s3://{bucket}/models/resnet.pt",
+        "MARK_DATA_DIR": "/tmp/mark",
+    }
+    assert env[own_vpc.name][spill.SOURCE_ENV] == "mark.demo:digits_model"
+    model_reads = [
+        s for s in _statements(existing_vpc, "SpillFunctionRole") if "s3:GetObject" in str(s)
+    ]
+    assert [(s["Action"], s["Resource"]) for s in model_reads] == [
+        ("s3:GetObject", f"arn:aws:s3:::{bucket}/models/resnet.pt")
+    ]
+    own = _statements(own_vpc, "SpillFunctionRole")  # no model file: no S3 at all
+    assert [s["Sid"] for s in own] == ["WriteLogs"]
 
 
 def test_log_groups_have_retention(own_vpc: Stack) -> None:
