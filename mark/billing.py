@@ -4,6 +4,15 @@
   running (a launch, or a start of a stopped standby).
 - Lambda: duration rounded up to the millisecond, times the configured memory
   in GB, priced per GB-second; plus a fee per request.
+- Lambda provisioned concurrency: the configured concurrency times the memory
+  in GB, per GB-second for as long as it is configured, each configured period
+  rounded up to 5 minutes; requests served on it pay their duration at a lower
+  rate (and the same request fee). Prices: ``LambdaPrices``.
+
+Ledger components (``LedgerEntry.component``, at most 16 characters):
+``lambda`` for on-demand invocations, ``lambda-on-pc`` for invocations served
+by provisioned concurrency, ``lambda-pc`` for the provisioned concurrency
+itself.
 """
 
 from __future__ import annotations
@@ -15,6 +24,13 @@ from mark.catalog import LambdaPrices
 from mark.state.records import LedgerEntry
 
 EC2_MINIMUM_S = 60.0
+PROVISIONED_ROUNDING_S = 300.0  # a provisioned-concurrency period is billed in 5-minute steps
+LAMBDA = "lambda"
+LAMBDA_ON_PC = "lambda-on-pc"
+LAMBDA_PC = "lambda-pc"
+#: Components billed per request and GB-second of duration (the others: EC2, or lambda-pc).
+LAMBDA_RUN_COMPONENTS = frozenset({LAMBDA, LAMBDA_ON_PC})
+LAMBDA_COMPONENTS = LAMBDA_RUN_COMPONENTS | {LAMBDA_PC}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +65,23 @@ def lambda_charge(
     memory_mb: int,
     requests: int = 1,
     arch: str = "x86_64",
+    provisioned: bool = False,
 ) -> LambdaCharge:
-    """Charge of ``requests`` invocations that together ran ``duration_ms``."""
+    """Charge of ``requests`` invocations that together ran ``duration_ms`` (served by
+    provisioned concurrency if ``provisioned``)."""
     if duration_ms < 0 or memory_mb <= 0 or requests < 0:
         raise ValueError("duration, memory and requests must be non-negative (memory positive)")
     billed_ms = math.ceil(duration_ms - 1e-9)
     gb_s = billed_ms / 1000.0 * memory_mb / 1024.0
-    rate = gb_second_rate(prices, arch)
+    rate = provisioned_rates(prices, arch)[1] if provisioned else gb_second_rate(prices, arch)
     return LambdaCharge(requests, billed_ms, gb_s, gb_s * rate + requests * prices.per_request)
+
+
+def provisioned_billed_s(elapsed_s: float) -> float:
+    """Seconds billed for a provisioned-concurrency period that has lasted ``elapsed_s``."""
+    if elapsed_s <= 0:
+        return 0.0
+    return PROVISIONED_ROUNDING_S * math.ceil(elapsed_s / PROVISIONED_ROUNDING_S - 1e-9)
 
 
 @dataclass
@@ -76,12 +101,21 @@ class LambdaCharges:
     adapter accumulates between ledger flushes (one entry per model and flush)."""
 
     unit_price: float  # $ per GB-second, recorded on the ledger entries
-    _pending: dict[str, _ModelCharges] = field(default_factory=dict)
+    provisioned_unit_price: float = 0.0  # the same for invocations served on provisioned conc.
+    _pending: dict[tuple[str, str], _ModelCharges] = field(default_factory=dict)
 
     def add(
-        self, model: str, start: float, end: float, duration_ms: float, charge: LambdaCharge
+        self,
+        model: str,
+        start: float,
+        end: float,
+        duration_ms: float,
+        charge: LambdaCharge,
+        component: str = LAMBDA,
     ) -> None:
-        p = self._pending.setdefault(model, _ModelCharges(start=start, end=end))
+        if component not in LAMBDA_RUN_COMPONENTS:
+            raise ValueError(f"{component!r} is not a component of Lambda invocations")
+        p = self._pending.setdefault((model, component), _ModelCharges(start=start, end=end))
         p.start = min(p.start, start)
         p.end = max(p.end, end)
         p.requests += charge.requests
@@ -91,22 +125,22 @@ class LambdaCharges:
         p.cost += charge.cost
 
     def take(self) -> list[LedgerEntry]:
-        """The pending charges as ledger entries, oldest model name first; then none."""
+        """The pending charges as ledger entries, by model then component; then none."""
         out = [
             LedgerEntry(
                 kind="lambda",
                 model=model,
                 start=p.start,
                 end=p.end,
-                component="lambda",
-                unit_price=self.unit_price,
+                component=component,
+                unit_price=self.unit_price if component == LAMBDA else self.provisioned_unit_price,
                 cost=p.cost,
                 seconds=p.seconds,
                 billed_seconds=p.billed_ms / 1000.0,
                 requests=p.requests,
                 gb_seconds=p.gb_seconds,
             )
-            for model, p in sorted(self._pending.items())
+            for (model, component), p in sorted(self._pending.items())
         ]
         self._pending.clear()
         return out
@@ -114,3 +148,74 @@ class LambdaCharges:
 
 def gb_second_rate(prices: LambdaPrices, arch: str) -> float:
     return prices.per_gb_second_arm64 if arch == "arm64" else prices.per_gb_second_x86
+
+
+def provisioned_rates(prices: LambdaPrices, arch: str) -> tuple[float, float]:
+    """($/GB-s of configured concurrency, $/GB-s of duration served on it); x86 only,
+    the one architecture whose prices ship (and the one the stack deploys)."""
+    if arch != "x86_64":
+        raise ValueError(f"no provisioned-concurrency prices ship for {arch}; only x86_64")
+    return (
+        prices.provisioned_concurrency_per_gb_second_x86,
+        prices.provisioned_duration_per_gb_second_x86,
+    )
+
+
+@dataclass
+class ProvisionedPeriod:
+    """One period of provisioned concurrency, from when it was set until it is removed,
+    charged as it accrues: each ``take`` prices the time since the last one.
+
+    AWS rounds a whole period up to 5 minutes, so the seconds billed by one ``take``
+    are the rounded total so far less what earlier takes billed: the pieces add up to
+    exactly the period's bill, and a period just set already owes its first 5 minutes.
+    The cost is split evenly over ``models`` (the function's capacity serves them all).
+    """
+
+    concurrency: int
+    memory_mb: int
+    rate: float  # $ per GB-second of configured concurrency
+    models: tuple[str, ...]
+    start: float
+    end: float | None = None  # when it was removed; None while configured
+    _taken_until: float = field(init=False)
+    _billed_s: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.memory_mb <= 0 or not self.models:
+            raise ValueError("a period needs concurrency >= 1, memory > 0 and a model")
+        self._taken_until = self.start
+
+    def close(self, at: float) -> None:
+        self.end = max(self.start, at) if self.end is None else self.end
+
+    @property
+    def settled(self) -> bool:
+        """Removed, and every second of it taken: nothing more to charge."""
+        return self.end is not None and self._taken_until >= self.end
+
+    def take(self, now: float) -> list[LedgerEntry]:
+        """Ledger entries for the time since the last take (or the start) up to ``now``."""
+        upto = min(now, self.end) if self.end is not None else now
+        since = self._taken_until
+        if upto <= since:
+            return []
+        billed = provisioned_billed_s(upto - self.start) - self._billed_s
+        self._taken_until, self._billed_s = upto, self._billed_s + billed
+        share = 1.0 / len(self.models)
+        gb_s = self.concurrency * self.memory_mb / 1024.0 * billed * share
+        return [
+            LedgerEntry(
+                kind="lambda",
+                model=model,
+                start=since,
+                end=upto,
+                component=LAMBDA_PC,
+                unit_price=self.rate,
+                cost=gb_s * self.rate,
+                seconds=upto - since,
+                billed_seconds=billed,
+                gb_seconds=gb_s,
+            )
+            for model in sorted(self.models)
+        ]

@@ -117,6 +117,12 @@ class LambdaPrices:
     per_gb_second_x86: float
     per_gb_second_arm64: float
     per_million_requests: float
+    # Provisioned concurrency, x86, us-east-1 (https://aws.amazon.com/lambda/pricing/,
+    # "Provisioned Concurrency Pricing"): the configured concurrency times memory, per
+    # GB-second while it is configured (rounded up to 5 minutes), and the duration of
+    # requests it serves at this rate instead of per_gb_second_x86.
+    provisioned_concurrency_per_gb_second_x86: float
+    provisioned_duration_per_gb_second_x86: float
 
     @property
     def per_request(self) -> float:
@@ -205,6 +211,12 @@ def _load(data_dir: Path | None) -> Catalog:
             per_gb_second_x86=float(lam["per_gb_second_x86"]),
             per_gb_second_arm64=float(lam["per_gb_second_arm64"]),
             per_million_requests=float(lam["per_million_requests"]),
+            provisioned_concurrency_per_gb_second_x86=float(
+                lam["provisioned_concurrency_per_gb_second_x86"]
+            ),
+            provisioned_duration_per_gb_second_x86=float(
+                lam["provisioned_duration_per_gb_second_x86"]
+            ),
         ),
     )
 
