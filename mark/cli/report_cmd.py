@@ -117,10 +117,13 @@ def report(
     no_baseline: bool = typer.Option(False, "--no-baseline", help="skip the counterfactual"),
 ) -> None:
     """Cost from the ledger by day, model, instance type and component (on-demand, spot,
-    standby, lambda), with the same load priced under SageMaker-style target tracking.
+    standby, lambda, lambda-on-pc, lambda-pc), with the same load priced under
+    SageMaker-style target tracking.
 
     EC2 is billed per second with a 60 s minimum per start; Lambda per GB-second plus a
-    fee per request. A charge counts on the UTC day, and in the period, its run starts.
+    fee per request; the spill function's provisioned concurrency (lambda-pc) per
+    GB-second configured, in 5-minute steps, and the invocations it served (lambda-on-pc)
+    at its lower duration rate. A charge counts on the UTC day, and in the period, its run starts.
     Runs the ledger lacks are priced from the instances' state changes: standby runs,
     and runs of instances the store still lists as live, charged up to --until (or now)
     and shown as "accruing". In the local world those instances ended when the daemon

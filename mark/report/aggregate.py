@@ -19,6 +19,11 @@ second, 60 s minimum for each start):
 The ledger's rows do not say an instance was a standby; its role is in the
 instances table, so charges of standby instances get component ``standby``.
 
+Lambda has three components (``mark.billing``): ``lambda`` (on-demand
+invocations), ``lambda-on-pc`` (invocations served by provisioned concurrency,
+at its lower duration rate) and ``lambda-pc`` (the provisioned concurrency
+itself, for the time it was configured).
+
 A charge belongs to the period and the UTC day in which its run starts, as
 ``Store.ledger(since, until)`` selects charges by their start.
 """
@@ -30,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from mark.billing import ec2_charge
+from mark.billing import LAMBDA_COMPONENTS, LAMBDA_PC, LAMBDA_RUN_COMPONENTS, ec2_charge
 from mark.state.records import InstanceEvent, InstanceRecord, LedgerEntry
 
 BILLED = "billed"
@@ -143,7 +148,7 @@ class Row:
     day: str
     model: str
     instance_type: str | None  # None for Lambda
-    component: str  # on-demand | spot | standby | lambda
+    component: str  # on-demand | spot | standby | lambda | lambda-on-pc | lambda-pc
     status: str  # billed | accruing
     charges: int
     seconds: float
@@ -186,20 +191,24 @@ class Totals:
     by_component: Mapping[str, float]
     ec2_billed_seconds: float
     lambda_requests: int
-    lambda_gb_seconds: float
+    lambda_gb_seconds: float  # of invocations, on demand and on provisioned concurrency
+    provisioned_gb_seconds: float  # of provisioned concurrency configured
 
 
 def totals(rows: Sequence[Row]) -> Totals:
     by_component: dict[str, float] = defaultdict(float)
     for r in rows:
         by_component[r.component] += r.cost
-    lam = [r for r in rows if r.component == "lambda"]
+    lam = [r for r in rows if r.component in LAMBDA_RUN_COMPONENTS]
     return Totals(
         cost=sum(r.cost for r in rows),
         billed=sum(r.cost for r in rows if r.status == BILLED),
         accruing=sum(r.cost for r in rows if r.status == ACCRUING),
         by_component=dict(sorted(by_component.items())),
-        ec2_billed_seconds=sum(r.billed_seconds for r in rows if r.component != "lambda"),
+        ec2_billed_seconds=sum(
+            r.billed_seconds for r in rows if r.component not in LAMBDA_COMPONENTS
+        ),
         lambda_requests=sum(r.requests for r in lam),
         lambda_gb_seconds=sum(r.gb_seconds for r in lam),
+        provisioned_gb_seconds=sum(r.gb_seconds for r in rows if r.component == LAMBDA_PC),
     )

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from mark.billing import LAMBDA_COMPONENTS, LAMBDA_PC
 from mark.report.aggregate import (
     ACCRUING,
     FROM_EVENTS,
@@ -36,6 +37,12 @@ ROW_FIELDS = (
     "requests",
     "gb_seconds",
     "cost",
+)
+PROVISIONED_NOTE = (
+    "lambda-pc is the spill function's provisioned concurrency for the time the daemon had "
+    "it configured (each period rounded up to 5 minutes, split evenly over the models); "
+    "lambda-on-pc is the invocations it served, counted as those within the configured "
+    "concurrency in flight"
 )
 SAGEMAKER_NOTE = (
     "baseline priced at the EC2 on-demand price of its type; SageMaker's ml.* instances "
@@ -78,6 +85,8 @@ def build_report(
         said.append(
             f"{len(accruing)} run(s) still live in the store charged up to {iso(until)} (accruing)"
         )
+    if any(c.entry.component == LAMBDA_PC for c in charges):
+        said.append(PROVISIONED_NOTE)
     if counterfactuals:
         said.append(SAGEMAKER_NOTE)
     return Report(since, until, charges, rows, totals(rows), list(counterfactuals), said)
@@ -127,7 +136,7 @@ def print_report(console: Console, report: Report) -> None:
     for col in right:
         table.add_column(col, justify="right")
     for r in report.rows:
-        lam = r.component == "lambda"
+        lam = r.component in LAMBDA_COMPONENTS
         table.add_row(
             r.day,
             r.model,
@@ -137,7 +146,7 @@ def print_report(console: Console, report: Report) -> None:
             str(r.charges),
             f"{r.seconds:.1f}",
             f"{r.billed_seconds:.3f}" if lam else f"{r.billed_seconds:.0f}",
-            str(r.requests) if lam else "",
+            str(r.requests) if lam and r.component != LAMBDA_PC else "",
             f"{r.gb_seconds:.3f}" if lam else "",
             f"{r.cost:.6f}",
         )

@@ -18,7 +18,16 @@ Charges accumulate per model until ``take_charges()`` moves them to the ledger.
 Provisioned concurrency, when configured, is set with
 ``PutProvisionedConcurrencyConfig`` on the function's alias or version (AWS
 allows it on nothing else) and ``warm_up`` pings runtimes concurrently so that
-many distinct execution environments hold the model.
+many distinct execution environments hold the model. It is billed from the
+moment it is set until ``remove_provisioned_concurrency`` (the daemon leaves it
+set when it stops, as it leaves the fleet running): ``take_charges`` adds the
+configured time since the last call (component ``lambda-pc``, split evenly over
+``models``). Invocations it serves pay a lower duration rate (``lambda-on-pc``).
+Lambda does not say which environment served an invocation, so this adapter
+counts one as served by provisioned concurrency when no more than the
+configured number of its invocations were in flight, as Lambda routes to
+provisioned environments first: exact when this daemon is the function's only
+caller and the allocation is ready, an estimate otherwise.
 """
 
 from __future__ import annotations
@@ -36,7 +45,15 @@ from typing import Any
 from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from mark.billing import LambdaCharges, gb_second_rate, lambda_charge
+from mark.billing import (
+    LAMBDA,
+    LAMBDA_ON_PC,
+    LambdaCharges,
+    ProvisionedPeriod,
+    gb_second_rate,
+    lambda_charge,
+    provisioned_rates,
+)
 from mark.catalog import LambdaPrices, load_catalog
 from mark.clock import WallClock
 from mark.cloud.aws.client import OwnedClient
@@ -128,7 +145,9 @@ class _Invoked:
 
 class AwsLambda(OwnedClient):
     """``Serverless`` on Lambda. ``sources`` (model -> source) are sent in each event for a
-    function that serves several models; a single-model function reads ``MARK_MODEL_SOURCE``."""
+    function that serves several models; a single-model function reads ``MARK_MODEL_SOURCE``.
+    ``models`` are those the function serves, who share its provisioned concurrency's cost
+    (none given: it is charged to the function's name)."""
 
     service = "lambda"
     payload_limit: int = PAYLOAD_LIMIT
@@ -141,6 +160,7 @@ class AwsLambda(OwnedClient):
         endpoint_url: str | None = None,
         qualifier: str | None = None,
         sources: Mapping[str, str] | None = None,
+        models: Sequence[str] = (),
         memory_mb: int = 2048,
         provisioned_concurrency: int = 0,
         arch: str = "x86_64",
@@ -155,6 +175,7 @@ class AwsLambda(OwnedClient):
         self.endpoint_url = endpoint_url
         self.qualifier = qualifier
         self.sources = dict(sources or {})
+        self.models = tuple(models) or (function_name,)
         self.memory_mb = memory_mb
         self.provisioned_concurrency = provisioned_concurrency
         self.arch = arch
@@ -164,7 +185,10 @@ class AwsLambda(OwnedClient):
         self.timeout_s = timeout_s
         self._client: Any = client
         self._client_cm: Any = None
-        self._charges = LambdaCharges(gb_second_rate(self.prices, self.arch))
+        on_pc_rate = provisioned_rates(self.prices, arch)[1] if provisioned_concurrency else 0.0
+        self._charges = LambdaCharges(gb_second_rate(self.prices, self.arch), on_pc_rate)
+        self._periods: list[ProvisionedPeriod] = []  # the last one is open while configured
+        self._in_flight = 0
 
     def _client_config(self) -> AioConfig:
         # Our retry layer only; a read timeout past the function's own; many spills at once.
@@ -214,13 +238,45 @@ class AwsLambda(OwnedClient):
             Qualifier=self.qualifier,
             ProvisionedConcurrentExecutions=self.provisioned_concurrency,
         )
+        now = self.clock.now()
+        if self._provisioned is not None:  # set again: one period ends, the next begins
+            self._provisioned.close(now)
+        rate = provisioned_rates(self.prices, self.arch)[0]
+        self._periods.append(
+            ProvisionedPeriod(
+                self.provisioned_concurrency, self.memory_mb, rate, self.models, start=now
+            )
+        )
         return resp
+
+    async def remove_provisioned_concurrency(self) -> None:
+        """Delete the provisioned concurrency this adapter set; its charge stops now."""
+        if self._provisioned is None:
+            return
+        await self._call(
+            "delete_provisioned_concurrency_config",
+            FunctionName=self.function_name,
+            Qualifier=self.qualifier,
+        )
+        self._provisioned.close(self.clock.now())
+
+    @property
+    def _provisioned(self) -> ProvisionedPeriod | None:
+        """The period in force, if provisioned concurrency is set."""
+        last = self._periods[-1] if self._periods else None
+        return last if last is not None and last.end is None else None
 
     # -- accounting --------------------------------------------------------
 
     def take_charges(self) -> list[LedgerEntry]:
-        """Charges since the last call, one ledger entry per model, for ``Store.add_charges``."""
-        return self._charges.take()
+        """Charges since the last call, for ``Store.add_charges``: invocations, one entry per
+        model and component, then the provisioned concurrency configured meanwhile."""
+        out = self._charges.take()
+        now = self.clock.now()
+        for period in self._periods:
+            out.extend(period.take(now))
+        self._periods = [p for p in self._periods if not p.settled]
+        return out
 
     # -- internals ---------------------------------------------------------
 
@@ -235,15 +291,21 @@ class AwsLambda(OwnedClient):
         }
         if self.qualifier:
             kwargs["Qualifier"] = self.qualifier
-        resp = await self._call("invoke", **kwargs)
-        body = await resp["Payload"].read()
+        pc = self._provisioned
+        self._in_flight += 1
+        on_pc = pc is not None and self._in_flight <= pc.concurrency
+        try:
+            resp = await self._call("invoke", **kwargs)
+            body = await resp["Payload"].read()
+        finally:
+            self._in_flight -= 1
         measured_ms = (time.perf_counter() - t0) * 1000.0
         tail = base64.b64decode(resp.get("LogResult") or b"").decode(errors="replace")
         report = parse_report(tail)
         memory = report.memory_mb if report is not None and report.memory_mb else self.memory_mb
         billed = report.billed_ms if report is not None else math.ceil(measured_ms - 1e-9)
         duration = report.duration_ms if report is not None else measured_ms
-        self._account(model, started, duration, billed, memory)
+        self._account(model, started, duration, billed, memory, on_pc)
         reply = _json(body)
         function_error = resp.get("FunctionError")
         if function_error:
@@ -264,12 +326,20 @@ class AwsLambda(OwnedClient):
         return _Invoked(outputs, duration, billed, memory, cold)
 
     def _account(
-        self, model: str, started: float, duration_ms: float, billed_ms: int, memory_mb: int
+        self,
+        model: str,
+        started: float,
+        duration_ms: float,
+        billed_ms: int,
+        memory_mb: int,
+        on_pc: bool,
     ) -> None:
         # lambda_charge rounds up to the ms; the REPORT line's billed figure is already whole.
-        charge = lambda_charge(self.prices, float(billed_ms), memory_mb, 1, self.arch)
+        charge = lambda_charge(self.prices, float(billed_ms), memory_mb, 1, self.arch, on_pc)
         end = self.clock.now()
-        self._charges.add(model, started, end, duration_ms, charge)
+        self._charges.add(
+            model, started, end, duration_ms, charge, LAMBDA_ON_PC if on_pc else LAMBDA
+        )
 
     async def _call(self, operation: str, **kwargs: Any) -> Any:
         """One Lambda call; throttling and transient service errors retried with jitter."""

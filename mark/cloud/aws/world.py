@@ -79,6 +79,7 @@ class AwsWorld:
                 qualifier=aws.spill_qualifier,
                 # No model source in the event: a path on this machine means nothing in
                 # Lambda; the deployed function knows its model (MARK_MODEL_SOURCE).
+                models=self.models,  # who share its provisioned concurrency's cost
                 memory_mb=aws.spill_memory_mb,
                 provisioned_concurrency=aws.spill_provisioned_concurrency,
             )

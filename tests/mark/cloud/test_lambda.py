@@ -148,6 +148,59 @@ async def test_provisioned_concurrency_is_set_on_the_alias(api: LambdaApi) -> No
             await lam.ensure_provisioned_concurrency()
 
 
+async def test_provisioned_concurrency_is_charged_from_set_to_removal(api: LambdaApi) -> None:
+    """3 × 1024 MB set at t=1000 on the alias, removed at t=1450: billed 600 s (two
+    5-minute steps) = 3 × 1 GB × 600 = 1800 GB-s, half to each model; the invocation made
+    meanwhile was served on it and pays its duration at the provisioned rate."""
+    from mark.billing import LAMBDA_ON_PC, LAMBDA_PC
+
+    pc_rate, on_pc_rate = 0.0000041667, 0.0000097222  # us-east-1 x86 list prices
+    clock = ManualClock(1000.0)
+    async with AwsLambda(
+        FUNCTION,
+        region=REGION,
+        endpoint_url=api.url,
+        qualifier="live",
+        provisioned_concurrency=3,
+        models=("mlp", "boom"),
+        memory_mb=1024,
+        clock=clock,
+    ) as lam:
+        await lam.ensure_provisioned_concurrency()
+        res = await lam.invoke("mlp", [[0.0] * 4])
+        clock.advance(400.0)
+        first = lam.take_charges()
+        clock.advance(50.0)
+        await lam.remove_provisioned_concurrency()
+        clock.advance(500.0)  # removed: nothing accrues any more
+        rest = lam.take_charges()
+        assert lam.take_charges() == []
+    assert "live" not in api.provisioned  # deleted on the function's alias
+    (run,) = [e for e in first if e.component != LAMBDA_PC]
+    assert (run.model, run.component, run.requests, run.unit_price) == (
+        "mlp",
+        LAMBDA_ON_PC,
+        1,
+        on_pc_rate,
+    )
+    assert run.cost == pytest.approx(res.billed_ms / 1000 * on_pc_rate + 0.2e-6)
+    pc = [e for e in first + rest if e.component == LAMBDA_PC]
+    assert sorted({e.model for e in pc}) == ["boom", "mlp"]
+    assert [e.end for e in pc if e.model == "mlp"] == [1400.0, 1450.0]
+    assert sum(e.billed_seconds for e in pc if e.model == "mlp") == 600.0
+    assert sum(e.gb_seconds for e in pc) == pytest.approx(1800.0)
+    assert sum(e.cost for e in pc) == pytest.approx(1800.0 * pc_rate)
+
+
+async def test_without_provisioned_concurrency_invocations_are_on_demand(api: LambdaApi) -> None:
+    async with AwsLambda(FUNCTION, region=REGION, endpoint_url=api.url, qualifier="live") as lam:
+        assert await lam.ensure_provisioned_concurrency() is None
+        await lam.invoke("mlp", [[0.0] * 4])
+        await lam.remove_provisioned_concurrency()  # nothing set: nothing to delete
+        (entry,) = lam.take_charges()
+    assert entry.component == "lambda" and entry.unit_price == 0.0000166667
+
+
 class _Throttling:
     def __init__(self, times: int) -> None:
         self.times = times

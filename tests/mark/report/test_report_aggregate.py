@@ -6,9 +6,13 @@ Prices are chosen so the per-second rates are round: 0.36 $/h is 0.0001 $/s,
 
 from __future__ import annotations
 
+import csv
+import io
 import math
+from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from mark.report.aggregate import (
     ACCRUING,
@@ -21,7 +25,7 @@ from mark.report.aggregate import (
     totals,
 )
 from mark.report.counterfactual import per_minute_invocations, target_tracking_cost
-from mark.report.render import as_dict, build_report, to_csv
+from mark.report.render import as_dict, build_report, plot, print_report, to_csv
 from mark.state.records import ArrivalWindow, InstanceEvent, InstanceRecord, LedgerEntry
 
 T0 = 1_700_000_000.0
@@ -220,3 +224,66 @@ def test_json_and_csv_carry_the_same_rows_and_totals() -> None:
     lines = to_csv(report).splitlines()
     assert lines[0].startswith("day,model,instance_type,component,status")
     assert len(lines) == 1 + len(doc["rows"])
+
+
+# The spill function with provisioned concurrency: 2 × 2048 MB configured from T0 for
+# 1000 s (billed 1200 s, four 5-minute steps), as AwsLambda writes it (two flushes);
+# 400 requests of 100 ms served on it, 20 of 500 ms spilling over on demand.
+PC_RATE, ON_PC_RATE = 0.0000041667, 0.0000097222  # us-east-1 x86 (mark/catalog/data)
+PC_LEDGER = [
+    LedgerEntry(
+        "lambda", "digits", T0, T0 + 600, "lambda-pc", PC_RATE, 2 * 2 * 600 * PC_RATE,
+        seconds=600, billed_seconds=600, gb_seconds=2400.0,
+    ),
+    LedgerEntry(
+        "lambda", "digits", T0 + 600, T0 + 1000, "lambda-pc", PC_RATE, 2 * 2 * 600 * PC_RATE,
+        seconds=400, billed_seconds=600, gb_seconds=2400.0,
+    ),
+    LedgerEntry(
+        "lambda", "digits", T0 + 5, T0 + 900, "lambda-on-pc", ON_PC_RATE,
+        80 * ON_PC_RATE + 400 * PER_REQUEST,
+        seconds=40.0, billed_seconds=40.0, requests=400, gb_seconds=80.0,
+    ),
+    LedgerEntry(
+        "lambda", "digits", T0 + 5, T0 + 900, "lambda", GB_S, 20 * GB_S + 20 * PER_REQUEST,
+        seconds=10.0, billed_seconds=10.0, requests=20, gb_seconds=20.0,
+    ),
+]  # fmt: skip
+
+
+def test_provisioned_concurrency_is_its_own_component_at_the_hand_computed_cost(
+    tmp_path: Path,
+) -> None:
+    report = build_report(
+        collect_charges(PC_LEDGER, [], {}, since=None, until=UNTIL), since=None, until=UNTIL
+    )
+    pc = 2 * 2.0 * 1200 * 0.0000041667  # 4800 GB-s configured: 0.02000016 $
+    on_pc = 400 * 0.1 * 2.0 * 0.0000097222 + 400 * 0.2e-6  # 0.000777776 + 0.00008
+    on_demand = 20 * 0.5 * 2.0 * 0.0000166667 + 20 * 0.2e-6  # 0.000333334 + 0.000004
+    t = report.totals
+    assert t.by_component == pytest.approx(
+        {"lambda": on_demand, "lambda-on-pc": on_pc, "lambda-pc": pc}
+    )
+    assert t.cost == pytest.approx(pc + on_pc + on_demand)
+    assert (t.lambda_requests, t.lambda_gb_seconds, t.provisioned_gb_seconds) == (420, 100, 4800)
+    assert t.ec2_billed_seconds == 0
+    assert any(
+        "lambda-pc is the spill function's provisioned concurrency" in n for n in report.notes
+    )
+
+    doc = as_dict(report)
+    assert {r["component"]: r["cost"] for r in doc["rows"]} == pytest.approx(t.by_component)
+    rows = list(csv.DictReader(io.StringIO(to_csv(report))))
+    (pc_row,) = [r for r in rows if r["component"] == "lambda-pc"]
+    assert (float(pc_row["billed_seconds"]), float(pc_row["gb_seconds"])) == (1200.0, 4800.0)
+    assert float(pc_row["cost"]) == pytest.approx(pc)
+
+    out = Console(file=io.StringIO(), width=200, record=True)
+    print_report(out, report)
+    text = out.export_text()
+    line = next(x for x in text.splitlines() if "lambda-pc" in x and "billed" in x)
+    assert "4800.000" in line and f"{pc:.6f}" in line
+    assert f"lambda-pc ${pc:.6f}" in text
+
+    png = plot(report, tmp_path / "cost.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
