@@ -255,10 +255,27 @@ class Agent:
         self._executor.shutdown(wait=True, cancel_futures=False)
 
 
-def build_agent(source: str, example_shape: tuple[int, ...], dtype: str, slowdown: float) -> Agent:
+def build_agent(
+    source: str,
+    example_shape: tuple[int, ...],
+    dtype: str,
+    slowdown: float,
+    latency: BatchLatency | None = None,
+) -> Agent:
+    """Load the model; profile it here unless the profile to emulate is given.
+
+    The local world gives every agent the one profile it measured at start: an
+    agent profiling itself while other agents start and serve on the same
+    machine measures their load, and would emulate an instance many times
+    slower than the one the planner bought.
+    """
     runner = ModelRunner(source)
     example = np.zeros(example_shape, dtype=dtype)
-    return Agent(runner=runner, latency=runner.profile(example), slowdown=slowdown)
+    if latency is None:
+        latency = runner.profile(example)
+    else:
+        runner.run(example[None, ...])  # warm-up: the first call is the slowest
+    return Agent(runner=runner, latency=latency, slowdown=slowdown)
 
 
 async def _serve(agent: Agent, host: str, port: int) -> None:
@@ -290,6 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--slowdown", type=float, default=1.0, help="emulate a slower instance")
     p.add_argument(
+        "--latency",
+        default=None,
+        help="T_b on this machine to emulate, b:seconds,... (default: profile at start)",
+    )
+    p.add_argument(
         "--imds-url",
         default=None,
         help="poll the metadata service for spot reclaims (on EC2: http://169.254.169.254)",
@@ -299,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(message)s")
     try:
         shape = tuple(int(d) for d in args.input_shape.split(","))
-        agent = build_agent(args.model_source, shape, args.dtype, max(args.slowdown, 1.0))
+        latency = BatchLatency.parse(args.latency) if args.latency else None
+        agent = build_agent(args.model_source, shape, args.dtype, max(args.slowdown, 1.0), latency)
         if args.imds_url:
             agent.imds = ImdsPoller(args.imds_url.rstrip("/"), max(args.imds_interval, 0.1))
     except (ModelLoadError, ValueError) as exc:

@@ -38,6 +38,18 @@ class BatchLatency:
         slope = max((t1 - t0) / (b1 - b0), 0.0)
         return t1 + slope * (batch - b1)
 
+    @classmethod
+    def parse(cls, text: str) -> BatchLatency:
+        """``"1:0.004,8:0.015"`` (batch size: seconds), as ``str()`` writes it."""
+        try:
+            pairs = [item.split(":") for item in text.split(",") if item.strip()]
+            return cls.from_mapping({int(b): float(t) for b, t in pairs})
+        except ValueError as exc:
+            raise ValueError(f"a batch latency is b:seconds,... ({exc})") from None
+
+    def __str__(self) -> str:
+        return ",".join(f"{b}:{t!r}" for b, t in self.points)
+
     def scaled(self, factor: float) -> BatchLatency:
         """The same curve on a machine ``factor`` times slower (factor > 1) or faster."""
         return BatchLatency(tuple((b, t * factor) for b, t in self.points))

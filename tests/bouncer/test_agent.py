@@ -147,3 +147,16 @@ def test_a_batch_that_overruns_its_profile_pushes_back_the_queue_behind_it() -> 
     assert late.rejected == (0,)
     agent.done(second)
     assert (agent.queue_depth, agent.busy_until) == (0, clock.t)
+
+
+def test_an_agent_given_a_profile_emulates_it_instead_of_profiling_itself(
+    model_path: Path,
+) -> None:
+    from bouncer.agent import build_agent
+
+    given = BatchLatency.from_mapping({1: 0.004, 8: 0.0155})
+    assert BatchLatency.parse(str(given)) == given  # the --latency argument round-trips
+    agent = build_agent(str(model_path), (2, 3), "float32", 5.0, BatchLatency.parse(str(given)))
+    assert agent.latency == given and agent.expected_latency(1) == pytest.approx(0.02)
+    with pytest.raises(ValueError, match="b:seconds"):
+        BatchLatency.parse("1=0.004")

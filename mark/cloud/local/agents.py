@@ -6,9 +6,11 @@ by starting ``python -m bouncer.agent`` for it once its boot delay has passed,
 and stops the process when the instance stops or terminates. The agent's
 address is the instance's address for the dispatcher.
 
-Speed: every agent measures its own batch latency on this machine; a
-``slowdown`` per instance type then stretches it so that a c5.large is slower
-than a c5.4xlarge or a GPU, as on AWS. The default rule (documented, not
+Speed: the world measures each model's batch latency on this machine once,
+at start, and every agent emulates that profile times a ``slowdown`` per
+instance type, so that a c5.large is slower than a c5.4xlarge or a GPU, as
+on AWS, and every c5.large as fast as every other (an agent profiling itself
+would measure whatever else the machine was doing then). The default rule (documented, not
 measured): accelerated types run at this machine's speed, CPU types at
 ``8 / vCPUs`` times slower (at least 1).
 """
@@ -73,6 +75,7 @@ class AgentSupervisor:
     clock: Callable[[], float]
     boot_delay_s: Callable[[str], float] = lambda _t: 0.0
     slowdown: Callable[[str], float] = lambda _t: 1.0
+    profiles: Mapping[str, BatchLatency] = field(default_factory=dict)  # per model, unslowed
     start_timeout_s: float = 120.0
     agents: dict[str, AgentProcess] = field(default_factory=dict)
     _starting: set[str] = field(default_factory=set)
@@ -103,8 +106,10 @@ class AgentSupervisor:
         model = self.models[inst.model]
         self._starting.add(inst.instance_id)
         try:
+            profile = self.profiles.get(inst.model)
+            extra = ["--latency", str(profile)] if profile is not None else []
             proc = await spawn_agent(
-                model, "--slowdown", str(self.slowdown(inst.instance_type)), announce=True
+                model, "--slowdown", str(self.slowdown(inst.instance_type)), *extra, announce=True
             )
             try:
                 port = await asyncio.wait_for(_read_port(proc), self.start_timeout_s)

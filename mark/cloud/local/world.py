@@ -3,7 +3,8 @@
 The daemon talks to moto through the very ``AwsFleet`` adapter it uses on AWS
 (aiobotocore, launch template, tags); only the endpoint differs. At start the
 world creates the launch template mark launches through, as the CloudFormation
-stack does on AWS.
+stack does on AWS, and warms the local Lambda's runtimes, as the aws world
+warms its spill function.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 
+from bouncer.latency import BatchLatency
 from mark.catalog import Catalog
 from mark.cloud.aws.fleet import AwsFleet, LaunchTemplateRef
 from mark.cloud.aws.interruptions import EVENT_PATTERN, SqsInterruptionSource
@@ -29,6 +32,30 @@ from mark.errors import CloudError
 from mark.ports import InterruptionNotice, NoticeKind
 
 log = logging.getLogger("mark.local")
+
+PROFILE_BATCHES = (1, 2, 4, 8, 16, 32)  # as the daemon's planning estimate
+
+
+def lambda_threads(concurrency: int, cpus: int | None = None) -> dict[str, str]:
+    """Math-library threads per local Lambda runtime: this machine's cores shared out.
+
+    On AWS each runtime has its own vCPUs (2 at 2048 MB). Here the runtimes,
+    the agents and the daemon share a few cores, and OpenMP threads that spin
+    waiting for each other across oversubscribed cores made an invocation of
+    a 4 ms model take seconds (4 runtimes x 2 threads on 2 cores: ~1 r/s
+    with 20 concurrent spills, ~150 r/s with one thread each).
+    """
+    n = str(max(1, (cpus or os.cpu_count() or 1) // max(concurrency, 1)))
+    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+
+
+def measure_profile(model: AgentModel) -> BatchLatency:
+    """T_b of ``model`` on this machine (real inference, warm-up, lower quartile of runs)."""
+    from bouncer.runner import ModelRunner  # torch: imported when a world starts, not before
+
+    runner = ModelRunner(model.source)
+    return runner.profile(np.zeros(model.input_shape, dtype=model.dtype), PROFILE_BATCHES)
+
 
 TEMPLATE = "mark-agent"
 QUEUE = "mark-interruptions"
@@ -87,6 +114,8 @@ class LocalWorld:
     lambda_concurrency: int = 4
     lambda_memory_mb: int = 2048
     slowdown: Mapping[str, float] = field(default_factory=dict)
+    profiles: dict[str, BatchLatency] = field(default_factory=dict)
+    """T_b per model on this machine (measured at start unless given), what agents emulate."""
     endpoint: str = ""
     fleet: AwsFleet | None = None
     agents: AgentSupervisor | None = None
@@ -108,25 +137,45 @@ class LocalWorld:
             launch_template=LaunchTemplateRef(TEMPLATE),
         )
         await self.fleet.open()
+        # Before anything else of ours runs here: the profile every agent will emulate.
+        for name, model in self.models.items():
+            if name not in self.profiles:
+                self.profiles[name] = await asyncio.to_thread(measure_profile, model)
         self.agents = AgentSupervisor(
             self.fleet,
             self.models,
             self.clock,
             boot_delay_s=lambda _t: self.boot_delay_s,
             slowdown=default_slowdown(self.catalog, self.slowdown),
+            profiles=self.profiles,
         )
         self.serverless = LocalLambda(
             {name: m.source for name, m in self.models.items()},
-            env=dict(self.lambda_env),
+            env={**lambda_threads(self.lambda_concurrency), **self.lambda_env},
             max_concurrency=self.lambda_concurrency,
             memory_mb=self.lambda_memory_mb,
         )
         await self.serverless.start()
+        await self._warm_spill()
         queue = await _create_interruption_queue(self.region, self.endpoint, self.queue_name)
         self.interruptions = SqsInterruptionSource(
             queue, self._notice, region=self.region, endpoint_url=self.endpoint, wait_seconds=1
         )
         await self.interruptions.open()
+
+    async def _warm_spill(self) -> None:
+        """Start every Lambda runtime with each model loaded, as the aws world warms its function.
+
+        A cold runtime imports torch and loads the model, seconds on this machine,
+        and the first requests (before any instance exists, all of them spill)
+        would wait that long against a deadline of RT_max.
+        """
+        assert self.serverless is not None
+        for name in self.models:
+            try:
+                await self.serverless.warm_up(name, self.lambda_concurrency)
+            except CloudError as exc:  # a cold spill is slower, not broken
+                log.warning("warming the local Lambda for %s failed: %s", name, exc)
 
     @property
     def queue_name(self) -> str:
