@@ -12,9 +12,10 @@ checked against the load that actually arrived:
 * a retirement is judged by how long after the load fell below what the rest
   of the fleet carries it happened, next to the cool-down.
 
-Nothing here tells the forecaster the schedule. The control loop keeps its
-history in whole wall-clock minutes (``Controller._history``), so the demo runs
-with P_u = 60 s and lasts about 13 minutes; see experiments/local-ramp/README.md.
+Nothing here tells the forecaster the schedule. The forecasters speak per
+minute and the LSTM is trained on per-minute maxima, so the demo keeps
+P_u = 60 s and lasts about 13 minutes; see experiments/local-ramp/README.md.
+SIGTERM stops it as Ctrl-C does: the daemon and every child process first.
 """
 
 from __future__ import annotations
@@ -22,19 +23,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from mark.config import Settings
-from mark.loadgen import Api, LoadResult, ProgressFn, RateProfile, run_load
-from mark.state.records import ArrivalWindow, Decision, InstanceRecord, PlanRecord
+if TYPE_CHECKING:  # not at run time: agents import this module for ``digits_x40``
+    from mark.config import Settings
+    from mark.loadgen import Api, LoadResult, ProgressFn, RateProfile
+    from mark.state.records import ArrivalWindow, Decision, InstanceRecord, PlanRecord
 
 ForecasterChoice = Literal["lstm", "last", "config"]
+T = TypeVar("T")
 
 DEFAULT_PROFILE = "0:4,60:4,240:60,360:60,480:4,780:4"
 """1 min at 4 r/s, 3 min up to 60, 2 min at 60, 2 min down, 5 min at 4 (cool-down visible)."""
@@ -212,12 +216,13 @@ async def run_ramp(
     """Start the daemon, run the profile against it, read back what the control loop did.
 
     ``align_start_second``: start the daemon at this second of a minute, so its
-    control steps (every P_u from start) fall just after the minute boundaries
-    its per-minute history is cut at. ``load_offset_at_minute``: start the load
-    so that this offset of the profile falls on a minute boundary.
+    control steps (every P_u from start) fall just after minute boundaries and
+    line up with the per-minute latency roll-ups. ``load_offset_at_minute``:
+    start the load so that this offset of the profile falls on a minute boundary.
     """
     from mark.controller import LIVE
     from mark.daemon import start, stop
+    from mark.loadgen import run_load
     from mark.ports import InstanceRole
 
     model = settings.models[0].name
@@ -299,6 +304,22 @@ async def run_ramp(
         capacity=capacity,
         boot_s=boot_s,
     )
+
+
+async def cancelled_on_sigterm(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro``; SIGTERM cancels it as Ctrl-C does, so its ``finally`` stops every child.
+
+    Without this SIGTERM kills the process at once and leaves the agents (in
+    their own sessions), the Lambda runtimes and moto's port behind.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await coro
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 # -- reading it back -------------------------------------------------------------------
@@ -470,6 +491,8 @@ def timeline(run: RampRun) -> list[StepRow]:
         for iid, why in p.explanation.get("held", []):
             if str(why).startswith("cool-down"):
                 acts.append(f"hold {iid} ({why.split(' until ')[0]})")
+            elif str(why).startswith("SLO missed"):
+                acts.append(f"hold {iid} (SLO missed)")
         rows.append(
             StepRow(
                 p.at - t0,
@@ -613,19 +636,39 @@ def plot(run: RampRun, path: Path) -> Path:
     return path
 
 
+def calibrated_slowdown(settings: Settings, t1_s: float) -> tuple[float, float]:
+    """The slowdown that makes the first model's emulated T_1 ``t1_s`` on this machine.
+
+    The local world emulates an instance type as this machine's time × a
+    factor, so a fixed factor buys a different instance on a different (or a
+    busier) machine: the same 15 that made a c5.large ~25 r/s on one machine
+    made it ~1 r/s on one 4x slower. Measured once, with the estimator the
+    world and the planner use. Returns (slowdown, measured T_1).
+    """
+    from mark.cloud.local.agents import AgentModel
+    from mark.cloud.local.world import measure_profile
+    from mark.daemon import resolve_source
+
+    spec = settings.models[0]
+    model = AgentModel(
+        resolve_source(spec, settings.data_dir), tuple(spec.input.shape), spec.input.dtype
+    )
+    t1 = measure_profile(model)(1)
+    return max(1.0, t1_s / t1), t1
+
+
 DIGITS_REPEAT = 40
 HEAVY_DIGITS = "mark.ramp_demo:digits_x40"
 
 
 def digits_x40() -> Any:
-    """The demo digits CNN evaluated 40 times per call: same answers, ~1 ms of real compute.
+    """The demo digits CNN evaluated 40 times per call: same answers, a few ms of real compute.
 
-    Why: the local world emulates a slower instance by stretching each batch's
-    *measured* time by the slowdown factor. The plain digits CNN takes ~0.05 ms
-    warm but ~0.3-0.5 ms after an idle gap, and a factor of 200-400 turns that
-    noise into instances 5-10x slower than the planner's profile. With ~1 ms
-    of compute per call the idle-gap overhead is small (~1.3x), so a modest
-    factor emulates a slow instance the planner can reason about.
+    Why: the emulated instance takes the profiled time × slowdown, or its real
+    time if longer; the real time of a tiny model after an idle gap is many
+    times its warm profile (0.3-0.5 ms against 0.05 ms for the plain CNN), a
+    few ms of real work per call keeps that overhead a small share of what is
+    measured, and the factor needed for a c5.large a modest one.
     """
     import torch
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 from pathlib import Path
 from typing import cast
 
@@ -33,6 +35,9 @@ def build(
 
 
 FORECASTERS = ("lstm", "last", "config")
+C5_LARGE_T1_MS = 22.0
+"""The demo's c5.large: one request of digits x40 in 22 ms, which the planner rates
+at ~25 r/s within RT_max 100 ms, so a 60 r/s peak takes a few (mark.ramp_demo)."""
 
 
 @app.command("ramp")
@@ -55,24 +60,34 @@ def ramp(
         "(its cold start is 1.2 x the highest rate seen, so nothing is retired)",
     ),
     update_period: float = typer.Option(
-        60.0, min=1.0, help="P_u in seconds (the loop's history is per whole minute: keep 60)"
+        60.0, min=1.0, help="P_u in seconds (the lstm is trained on per-minute maxima)"
     ),
     cooldown: float = typer.Option(90.0, min=0.0, help="cool-down before retiring (s)"),
     boot_delay: float = typer.Option(5.0, min=0.0, help="local world: launch to agent start (s)"),
-    slowdown: float = typer.Option(
-        15.0, min=1.0, help="c5.large emulated this many times slower than this machine"
+    c5_large_t1_ms: float = typer.Option(
+        C5_LARGE_T1_MS,
+        min=0.01,
+        help="the emulated c5.large's time for one request; the slowdown is this over the "
+        "time measured on this machine, so the demo means the same on a fast or slow machine",
+    ),
+    slowdown: float | None = typer.Option(
+        None, min=1.0, help="c5.large emulated this many times slower (overrides the above)"
     ),
     plain_model: bool = typer.Option(
         False,
         "--plain-model",
-        help="serve the plain digits CNN instead of digits x40 (same answers, ~1 ms of real "
-        "compute per call); with it the emulated instances are far slower than the planner "
-        "believes (see experiments/local-ramp/README.md), so use --slowdown 200-400",
+        help="serve the plain digits CNN instead of digits x40 (same answers, more real "
+        "compute per call)",
     ),
     api: str = typer.Option("v2", help="v1 (TF-Serving) or v2 (Open Inference Protocol)"),
     seed: int = typer.Option(0, help="seed of the arrivals (and of the lstm's training data)"),
     out: Path = typer.Option(
         Path("ramp-demo"), help="directory for ramp.png, timeline.md and the run's store ramp.db"
+    ),
+    align: bool = typer.Option(
+        True,
+        help="start the daemon just before a minute boundary, so P_u = 60 s steps fall "
+        "just after the minutes the forecaster is trained on",
     ),
 ) -> None:
     """Ramp load up and down against the local world and show what the control loop did.
@@ -96,6 +111,8 @@ def ramp(
     from mark.ramp_demo import (
         DEFAULT_PROFILE,
         ForecasterChoice,
+        calibrated_slowdown,
+        cancelled_on_sigterm,
         deep_merge,
         demo_overrides,
         forecaster_overrides,
@@ -128,7 +145,7 @@ def ramp(
         update_period_s=update_period,
         cooldown_s=cooldown,
         boot_delay_s=boot_delay,
-        slowdown=slowdown,
+        slowdown=slowdown or 1.0,
     )
     demo["database_url"] = f"sqlite:///{db.resolve()}"
     if not plain_model:
@@ -142,6 +159,15 @@ def ramp(
 
         ensure_demo_model(settings.data_dir)
         os.environ["MARK_DATA_DIR"] = str(settings.data_dir)  # agents find the digits model
+        if slowdown is None:
+            slowdown, measured = calibrated_slowdown(settings, c5_large_t1_ms / 1000.0)
+            console.print(
+                f"digits on this machine: T_1 {measured * 1000:.2f} ms; c5.large emulated at "
+                f"{c5_large_t1_ms:g} ms, {slowdown:.1f}x slower",
+                highlight=False,
+            )
+            demo = deep_merge(demo, {"local": {"slowdown": {"c5.large": slowdown}}})
+            settings = load_settings(cli.config_file, deep_merge(demo, user))
         model_file = prepare_forecaster(
             cast("ForecasterChoice", forecaster),
             shape,
@@ -161,14 +187,26 @@ def ramp(
         f"forecaster {forecaster}" + (f" ({model_file})" if model_file else ""),
         highlight=False,
     )
-    console.print(
-        "starting the daemon just before a minute boundary (the loop's history is per minute)..."
-    )
+    if align:
+        console.print("starting the daemon just before a minute boundary...")
     bar, advance = rich_progress(shape.duration, shape)
-    with bar:
-        result = run_async(
-            run_ramp(settings, shape, seed=seed, api=cast("Api", api), progress=advance)
-        )
+    try:
+        with bar:
+            result = run_async(
+                cancelled_on_sigterm(
+                    run_ramp(
+                        settings,
+                        shape,
+                        seed=seed,
+                        api=cast("Api", api),
+                        align_start_second=57.0 if align else None,
+                        progress=advance,
+                    )
+                )
+            )
+    except asyncio.CancelledError:  # SIGTERM: every child is stopped by now
+        console.print("terminated; the daemon and its children are stopped", highlight=False)
+        raise typer.Exit(128 + signal.SIGTERM) from None
     assert result.load.summary is not None
     for line in result.load.summary.lines():
         console.print(line, highlight=False)

@@ -1,22 +1,28 @@
 """The ramp demo, shortened, in the real local world: the fleet follows the load up and down.
 
-The control loop keeps its history in whole wall-clock minutes, so even
-shortened this needs two minute boundaries after the ramp: the load is placed
-so that its peak straddles one (the planner sees it at the next step), and
-the fall is seen one minute later; then the cool-down. About 4 minutes.
+With P_u = 5 s the control loop's history ends at each step (the last 60 s is
+its latest minute), so the planner sees the climb within a step or two and
+the fall once the peak has left that minute; then the cool-down, then the
+tail at base load. About 4 minutes.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from mark.cli.demo_cmd import C5_LARGE_T1_MS
 from mark.config import load_settings
 from mark.demo import ensure_demo_model
 from mark.loadgen import RateProfile
 from mark.ramp_demo import (
+    calibrated_slowdown,
     deep_merge,
     demo_overrides,
     forecaster_overrides,
@@ -28,12 +34,13 @@ from mark.ramp_demo import (
 )
 from tests.e2e.test_local_world import _live_children
 
-# Up over 20 s, 15 s at 45 r/s, down by 40 s, then base; offset 25 s lands on a minute boundary.
+# Up over 20 s, 15 s at 45 r/s, down by 40 s, then base (the peak placed across a minute
+# boundary, which no longer matters to the loop, only to the per-minute latency roll-ups).
 # 45 r/s needs two instances; at 60 r/s the spill to the 4 local Lambda runtimes (one
 # invocation per request) sometimes overran them on this 2-core machine (503s, timeouts).
 PROFILE = RateProfile.parse("0:2,20:45,35:45,40:2,200:2")
 BOUNDARY_AT = 25.0
-COOLDOWN_S = 30.0  # longer than the minute the history lags: an early backup is kept
+COOLDOWN_S = 30.0
 P_U = 5.0
 
 
@@ -48,9 +55,11 @@ async def test_fleet_grows_with_the_ramp_and_retires_after_the_cooldown(
         cooldown_s=COOLDOWN_S,
         billing_minimum_s=10.0,
         boot_delay_s=2.0,
-        slowdown=15.0,  # ~25 r/s per c5.large serving digits x40: the peak needs several
     )
     base = deep_merge(deep_merge(demo, heavy_model_overrides()), {"data_dir": str(tmp_path)})
+    # The demo's c5.large on any machine: ~25 r/s within the SLO, so the peak needs several.
+    slowdown, _ = calibrated_slowdown(load_settings(overrides=base), C5_LARGE_T1_MS / 1000.0)
+    base = deep_merge(base, {"local": {"slowdown": {"c5.large": slowdown}}})
     model_file = prepare_forecaster("last", PROFILE, tmp_path, 15)
     settings = load_settings(overrides=deep_merge(base, forecaster_overrides(model_file)))
 
@@ -65,9 +74,9 @@ async def test_fleet_grows_with_the_ramp_and_retires_after_the_cooldown(
     launches = launch_checks(run)
     planned = [c for c in launches if c.by == "planner"]
     assert planned, f"the planner launched nothing: {launches}"
-    # The planner grew the fleet while the load was high: at the first step after the
-    # boundary, from the minute that held the ramp (its history is per whole minute).
-    high = [c for c in planned if 20.0 <= c.at <= 40.0]
+    # The planner grew the fleet while the load climbed or was high, from the last 60 s
+    # of history at each 5 s step, not a minute later.
+    high = [c for c in planned if 0.0 < c.at <= 40.0]
     assert high, f"no planner launch while the load was high: {planned}"
     peak_fleet = max(len(s.pending) + len(s.serving) for s in run.samples)
     assert peak_fleet >= 2
@@ -137,3 +146,44 @@ def test_checks_judge_launches_and_retirements_against_the_load() -> None:
     assert r.verdict() == "100 s after the load fell ≥ cool-down 90 s; last wanted 100 s before"
     assert [row.actions for row in timeline(run)][-1] == ("hold b (cool-down)",)
     assert "ahead by 40 s" in format_report(run)
+
+
+MARK = [sys.executable, "-m", "mark.cli.main"]
+ARGS = ["--profile", "0:1,600:1", "--out"]
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        kids = _live_children(todo.pop())
+        found.update(kids)
+        todo += kids
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_demo_and_every_child_like_ctrl_c(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [*MARK, "demo", "ramp", "--forecaster", "last", "--no-align", *ARGS, str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "MARK_DATA_DIR": str(tmp_path)},
+    )
+    try:
+        children: set[int] = set()
+        deadline = time.monotonic() + 180
+        while not children:  # the local Lambda's runtimes start with the world
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the demo started no child process"
+            time.sleep(1.0)
+            children = _descendants(proc.pid)
+        time.sleep(2.0)
+        children |= _descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    alive = [p for p in children if Path(f"/proc/{p}").exists()]
+    assert alive == [], f"children left running after SIGTERM: {alive}"
