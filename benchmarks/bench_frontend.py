@@ -1,31 +1,59 @@
 """How much latency the frontend adds, and the highest rate it sustains, on loopback.
 
 Three processes: an instance agent serving a tiny TorchScript model, the
-frontend (REST API + dispatcher) in front of it, and this load generator
-sending an open-loop Poisson stream of small V1 requests. The same stream is
-sent straight to the agent (one-request batches, as the frontend would send at
-low load) and through the frontend; the difference of the percentiles is what
-the frontend adds. Then the rate is raised until the frontend stops keeping up.
+frontend (the daemon's own request path: ``mark.daemon.serving`` +
+``start_api``, telemetry included) in front of it, and wrk as the client — a
+C load generator, so the client is not what saturates first (an aiohttp client
+in Python topped out below the frontend's rate).
 
+1. Latency at ``--rate``: wrk's connections each wait an exponential think time
+   between requests (mean chosen so the total is the target rate; one
+   calibration run corrects it), small V1 requests. The same stream is sent
+   straight to the agent (one-request batches, what the frontend sends at low
+   load) and through the frontend, alternating ``--repeats`` times; the
+   difference of the median p50/p99 is what the frontend adds.
+2. Maximum sustained rate: closed-loop wrk with ``--connections`` connections
+   for ``--seconds``; the completed requests per second, with their p99.
+
+    apt-get install wrk
     .venv/bin/python benchmarks/bench_frontend.py [--seconds 10] [--rate 1000]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
+import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
+
+LUA = r"""
+local rate = tonumber(os.getenv("BENCH_RATE") or "0")
+local conns = tonumber(os.getenv("BENCH_CONNS") or "1")
+wrk.method = "POST"
+wrk.body = os.getenv("BENCH_BODY")
+wrk.headers["Content-Type"] = "application/json"
+math.randomseed(tonumber(os.getenv("BENCH_SEED") or "1"))
+if rate > 0 then
+  function delay()
+    return -math.log(1 - math.random()) * conns / rate * 1000
+  end
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("RESULT %d %.6f %.1f %.1f %.1f %d\n",
+    summary.requests, summary.duration / 1e6, latency:percentile(50),
+    latency:percentile(99), latency.max,
+    e.status + e.connect + e.read + e.write + e.timeout))
+end
+"""
 
 
 def _tiny_model(path: Path) -> None:
@@ -54,16 +82,20 @@ def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], str]:
 
 
 async def _frontend(agent_url: str) -> None:
-    """Serve the API + dispatcher with one backend: the agent."""
-    from aiohttp import web
+    """The daemon's request path with one backend: the agent."""
+    import asyncio
+
+    import aiohttp
 
     from bouncer.latency import BatchLatency
-    from mark.api.app import Served, build_app
+    from mark.clock import WallClock
     from mark.config import load_settings
-    from mark.dispatcher import Backend, Dispatcher
+    from mark.daemon import serving, start_api
+    from mark.dispatcher import Backend
 
     settings = load_settings(
         overrides={
+            "api": {"host": "127.0.0.1", "port": 0},
             "models": [
                 {
                     "name": "tiny",
@@ -71,130 +103,122 @@ async def _frontend(agent_url: str) -> None:
                     "input": {"shape": [4]},
                     "slo": {"rt_max_ms": 1000, "sl_min": 0.98},
                 }
-            ]
+            ],
         }
     )
-    spec = settings.models[0]
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
-    disp = Dispatcher("tiny", 1.0, "float32", time.time, session, None)
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
+    models = serving(settings, WallClock().now, session, None)
     async with session.get(f"{agent_url}/health") as r:
         table = {int(b): float(t) for b, t in (await r.json())["batch_latency_s"]}
+    disp = models["tiny"].dispatcher
+    assert disp is not None
     disp.set_backends(
         [Backend("i-bench", "local", agent_url, BatchLatency.from_mapping(table), 16, 0.0)]
     )
-    disp.start()
-    runner = web.AppRunner(build_app(settings, {"tiny": Served(spec, disp, None)}), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    print(f"READY {runner.addresses[0][1]}", flush=True)
+    _, (_, port) = await start_api(settings, models)
+    print(f"READY {port}", flush=True)
     await asyncio.Event().wait()
 
 
-async def _load(url: str, body_of: object, rate: float, seconds: float) -> dict[str, float]:
-    """Open-loop Poisson arrivals at ``rate``; latency of each request, errors counted."""
-    rng = np.random.default_rng(0)
-    gaps = rng.exponential(1.0 / rate, size=int(rate * seconds * 1.2) + 10)
-    lat: list[float] = []
-    errors = 0
-    conn = aiohttp.TCPConnector(limit=512)
-    async with aiohttp.ClientSession(connector=conn) as s:
-
-        async def one() -> None:
-            nonlocal errors
-            t0 = time.perf_counter()
-            try:
-                async with s.post(url, data=body_of()) as r:  # type: ignore[operator]
-                    await r.read()
-                    if r.status != 200:
-                        errors += 1
-                        return
-            except aiohttp.ClientError:
-                errors += 1
-                return
-            lat.append(time.perf_counter() - t0)
-
-        tasks = []
-        start = time.perf_counter()
-        due = start
-        for gap in gaps:
-            due += gap
-            if due - start > seconds:
-                break
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one()))
-        sent_in = time.perf_counter() - start
-        await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - start
-    arr = np.asarray(lat) * 1000 if lat else np.asarray([np.nan])
+def _wrk(
+    script: Path, url: str, body: str, seconds: float, conns: int, rate: float
+) -> dict[str, float]:
+    env = {
+        **os.environ,
+        "BENCH_BODY": body,
+        "BENCH_RATE": str(rate),
+        "BENCH_CONNS": str(conns),
+    }
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{conns}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    m = re.search(r"RESULT (\d+) ([\d.]+) ([\d.]+) ([\d.]+) ([\d.]+) (\d+)", out)
+    if m is None:
+        raise RuntimeError(f"wrk printed no result:\n{out}")
+    n, dur, p50, p99, mx, errors = (float(g) for g in m.groups())
     return {
-        "target_rps": rate,
-        "sent_rps": len(tasks) / sent_in,
-        "done_rps": len(lat) / elapsed,
-        "p50_ms": float(np.percentile(arr, 50)),
-        "p99_ms": float(np.percentile(arr, 99)),
+        "rps": n / dur,
+        "p50_ms": p50 / 1000,
+        "p99_ms": p99 / 1000,
+        "max_ms": mx / 1000,
         "errors": errors,
     }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--rate", type=float, default=1000.0)
-    p.add_argument("--max-rates", default="1000,2000,3000,4000,5000")
+    p.add_argument("--seconds", type=float, default=10.0, help="length of each wrk run")
+    p.add_argument("--rate", type=float, default=1000.0, help="offered rate for the latency test")
+    p.add_argument("--repeats", type=int, default=3, help="direct/frontend pairs at --rate")
+    p.add_argument("--think-connections", type=int, default=64, help="connections at --rate")
+    p.add_argument("--connections", type=int, default=32, help="connections for the max rate")
     p.add_argument("--serve-frontend", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve_frontend:
-        asyncio.run(_frontend(args.serve_frontend))
+        from mark import event_loop
+
+        event_loop.run(_frontend(args.serve_frontend))
         return
+    if shutil.which("wrk") is None:
+        sys.exit("bench_frontend needs wrk, a C HTTP load generator: apt-get install wrk")
 
     tmp = Path(tempfile.mkdtemp())
+    script = tmp / "bench.lua"
+    script.write_text(LUA)
     _tiny_model(tmp / "tiny.pt")
     agent, agent_url = _spawn(
         ["-m", "bouncer.agent", "--model-source", str(tmp / "tiny.pt"), "--input-shape", "4"]
     )
     front, front_url = _spawn([__file__, "--serve-frontend", agent_url])
     try:
-        x = [0.1, 0.2, 0.3, 0.4]
-        v1 = json.dumps({"instances": [x]}).encode()
-
-        def direct_body() -> bytes:
-            return json.dumps(
-                {"instances": [x], "dtype": "float32", "deadlines": [time.time() + 10]}
-            ).encode()
-
-        asyncio.run(_load(f"{front_url}/v1/models/tiny:predict", lambda: v1, 200, 2))  # warm-up
-        direct = asyncio.run(_load(f"{agent_url}/v1/batch", direct_body, args.rate, args.seconds))
-        via = asyncio.run(
-            _load(f"{front_url}/v1/models/tiny:predict", lambda: v1, args.rate, args.seconds)
-        )
-        print(f"at {args.rate:.0f} req/s for {args.seconds:.0f} s (small payload, loopback):")
-        for name, r in (("direct to agent", direct), ("through frontend", via)):
-            print(
-                f"  {name:17s} p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  "
-                f"done {r['done_rps']:7.0f} req/s  errors {r['errors']:.0f}"
-            )
+        x = "[0.1, 0.2, 0.3, 0.4]"
+        v1 = f'{{"instances": [{x}]}}'
+        # A deadline a day away: the agent admits everything, as it would a fresh request.
+        direct = f'{{"instances": [{x}], "dtype": "float32", "deadlines": [{time.time() + 86400}]}}'
+        targets = {
+            "direct to agent": (f"{agent_url}/v1/batch", direct),
+            "through frontend": (f"{front_url}/v1/models/tiny:predict", v1),
+        }
+        c = args.think_connections
+        _wrk(script, targets["through frontend"][0], v1, 2, c, 0)  # warm-up, both paths
+        _wrk(script, targets["direct to agent"][0], direct, 2, c, 0)
+        # Think time makes the rate fall short by the latency; one run per path calibrates.
+        offered = {}
+        for name, (url, body) in targets.items():
+            r = _wrk(script, url, body, min(args.seconds, 5), c, args.rate)
+            offered[name] = args.rate * args.rate / max(r["rps"], 1.0)
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+        for _ in range(args.repeats):
+            for name, (url, body) in targets.items():
+                runs[name].append(_wrk(script, url, body, args.seconds, c, offered[name]))
         print(
-            f"  frontend adds     p50 {via['p50_ms'] - direct['p50_ms']:7.2f} ms  "
-            f"p99 {via['p99_ms'] - direct['p99_ms']:7.2f} ms"
+            f"at ~{args.rate:.0f} req/s, {args.repeats} × {args.seconds:g} s each "
+            f"(small payload, loopback; median of runs):"
         )
-        best = 0.0
-        for rate in [float(r) for r in args.max_rates.split(",")]:
-            r = asyncio.run(
-                _load(f"{front_url}/v1/models/tiny:predict", lambda: v1, rate, args.seconds)
-            )
-            kept_up = r["errors"] == 0 and r["done_rps"] >= 0.95 * rate and r["p99_ms"] < 100
+        med = {}
+        for name, rs in runs.items():
+            med[name] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+            m = med[name]
             print(
-                f"  offered {rate:6.0f} req/s: sent {r['sent_rps']:6.0f}, done "
-                f"{r['done_rps']:6.0f}, p99 {r['p99_ms']:8.2f} ms -> "
-                f"{'sustained' if kept_up else 'not sustained'}"
+                f"  {name:17s} p50 {m['p50_ms']:6.2f} ms  p99 {m['p99_ms']:6.2f} ms  "
+                f"rate {m['rps']:6.0f} req/s  errors {sum(r['errors'] for r in rs):.0f}   "
+                f"(p99 per run: {', '.join(format(r['p99_ms'], '.2f') for r in rs)})"
             )
-            if not kept_up:
-                break
-            best = rate
-        print(f"maximum sustained rate through the frontend: {best:.0f} req/s")
+        d, f = med["direct to agent"], med["through frontend"]
+        print(
+            f"  frontend adds     p50 {f['p50_ms'] - d['p50_ms']:6.2f} ms  "
+            f"p99 {f['p99_ms'] - d['p99_ms']:6.2f} ms"
+        )
+        r = _wrk(script, targets["through frontend"][0], v1, args.seconds, args.connections, 0)
+        print(
+            f"maximum sustained rate through the frontend ({args.connections} connections, "
+            f"closed loop): {r['rps']:.0f} req/s, p50 {r['p50_ms']:.2f} ms, "
+            f"p99 {r['p99_ms']:.2f} ms, errors {r['errors']:.0f}"
+        )
     finally:
         for proc in (front, agent):
             proc.terminate()

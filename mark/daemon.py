@@ -46,6 +46,7 @@ from mark.controller import (
 from mark.demo import DEMO_SOURCE, ensure_demo_model
 from mark.dispatcher import Backend, Dispatcher
 from mark.errors import ConfigError, UnknownOffering
+from mark.ports import Serverless
 from mark.state import SqlStore, open_store
 from mark.telemetry import Telemetry
 from provisioner.batching import tune_batching
@@ -76,6 +77,41 @@ def backend_for(
     except ValueError:  # too slow for RT_max even alone: no batching; the Bouncer spills
         n, w = 1, 0.0
     return Backend(instance_id, instance_type, url, latency, n_batch=n, w_batch_s=w)
+
+
+def serving(
+    settings: Settings,
+    clock: Callable[[], float],
+    session: aiohttp.ClientSession,
+    serverless: Serverless | None,
+) -> dict[str, Served]:
+    """A started dispatcher and its telemetry per configured model: the request path."""
+    models: dict[str, Served] = {}
+    for m in settings.models:
+        tel = Telemetry(
+            m.name,
+            m.slo.rt_max_ms,
+            settings.timings.sample_window_s,
+            recent_size=settings.slo_monitor.last_m,
+        )
+        disp = Dispatcher(
+            m.name, m.slo.rt_max_ms / 1000.0, m.input.dtype, clock, session, serverless, tel
+        )
+        disp.start()
+        models[m.name] = Served(m, disp, tel)
+    return models
+
+
+async def start_api(
+    settings: Settings, models: dict[str, Served]
+) -> tuple[web.AppRunner, tuple[str, int]]:
+    """The REST endpoint on ``settings.api``; returns the runner and the bound address."""
+    runner = web.AppRunner(build_app(settings, models), handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.api.host, settings.api.port)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    return runner, (str(host), int(port))
 
 
 @dataclass
@@ -211,30 +247,8 @@ async def start(settings: Settings) -> Running:
         await store.close()
         raise
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
-    models: dict[str, Served] = {}
-    for m in settings.models:
-        tel = Telemetry(
-            m.name,
-            m.slo.rt_max_ms,
-            settings.timings.sample_window_s,
-            recent_size=settings.slo_monitor.last_m,
-        )
-        disp = Dispatcher(
-            m.name,
-            m.slo.rt_max_ms / 1000.0,
-            m.input.dtype,
-            clock.now,
-            session,
-            world.serverless,
-            tel,
-        )
-        disp.start()
-        models[m.name] = Served(m, disp, tel)
-    runner = web.AppRunner(build_app(settings, models), handle_signals=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.api.host, settings.api.port)
-    await site.start()
-    host, port = runner.addresses[0][:2]
+    models = serving(settings, clock.now, session, world.serverless)
+    runner, (host, port) = await start_api(settings, models)
     run = Running(settings, store, world, session, models, runner, f"http://{host}:{port}")
 
     aws = isinstance(world, AwsWorld)

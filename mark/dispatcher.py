@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import numpy as np
+import orjson
 
 from bouncer.latency import BatchLatency
 from mark.errors import CloudError
@@ -28,6 +28,8 @@ from mark.ports import Serverless
 from mark.telemetry import Telemetry
 
 log = logging.getLogger("mark.dispatcher")
+
+_JSON = {"Content-Type": "application/json"}
 
 SPILL_CHUNK = 1
 """Requests per Lambda invocation. One: a Lambda runs its requests one after the
@@ -68,12 +70,32 @@ class Outcome:
         return self.served_by == "lambda"
 
 
-@dataclass
+class _Group:
+    """The requests of one ``submit`` call: their outcomes, and a future set when all ended."""
+
+    __slots__ = ("done", "outcomes", "pending")
+
+    def __init__(self, n: int, done: asyncio.Future[None]) -> None:
+        self.outcomes: list[Outcome | None] = [None] * n
+        self.pending = n
+        self.done = done
+
+
 class _Request:
-    row: np.ndarray[Any, Any]
-    arrival: float
-    deadline: float
-    future: asyncio.Future[Outcome] = field(repr=False)
+    __slots__ = ("arrival", "deadline", "group", "index", "row")
+
+    def __init__(
+        self, row: np.ndarray[Any, Any], arrival: float, deadline: float, group: _Group, index: int
+    ) -> None:
+        self.row = row
+        self.arrival = arrival
+        self.deadline = deadline
+        self.group = group
+        self.index = index
+
+    @property
+    def finished(self) -> bool:
+        return self.group.outcomes[self.index] is not None
 
 
 class Dispatcher:
@@ -131,32 +153,42 @@ class Dispatcher:
     # -- request path ----------------------------------------------------
 
     async def submit(self, rows: np.ndarray[Any, Any]) -> list[Outcome]:
-        """Queue each row as a request; wait for every one to end."""
+        """Queue each row as a request; wait for every one to end.
+
+        The caller waits on one future for the whole group, not one per row: a
+        client that disconnects cancels only that wait, and its requests still
+        run to an outcome that telemetry counts.
+        """
         now = self.clock()
         loop = asyncio.get_running_loop()
-        reqs = [
-            _Request(rows[i], now, now + self.rt_max_s, loop.create_future())
-            for i in range(rows.shape[0])
-        ]
+        n = rows.shape[0]
+        group = _Group(n, loop.create_future())
+        reqs = [_Request(rows[i], now, now + self.rt_max_s, group, i) for i in range(n)]
         if self.telemetry is not None:
-            self.telemetry.arrival(now, len(reqs))
+            self.telemetry.arrival(now, n)
         for r in reqs:
             self._queue.put_nowait(r)
-        done: list[Outcome] = []
+        give_up = loop.call_later(self.give_up_after_s, self._give_up, reqs)
+        try:
+            await group.done
+        finally:
+            give_up.cancel()
+        return [o for o in group.outcomes if o is not None]
+
+    def _give_up(self, reqs: list[_Request]) -> None:
         for r in reqs:
-            try:
-                done.append(await asyncio.wait_for(asyncio.shield(r.future), self.give_up_after_s))
-            except TimeoutError:
-                self._finish(r, None, f"no result within {self.give_up_after_s:g} s", "none")
-                done.append(r.future.result())
-        return done
+            self._finish(r, None, f"no result within {self.give_up_after_s:g} s", "none")
 
     def _finish(self, r: _Request, output: Any, error: str | None, served_by: str) -> None:
-        if r.future.done():
+        group = r.group
+        if group.outcomes[r.index] is not None:
             return
         now = self.clock()
         outcome = Outcome(output, error, served_by, now - r.arrival)
-        r.future.set_result(outcome)
+        group.outcomes[r.index] = outcome
+        group.pending -= 1
+        if group.pending == 0 and not group.done.done():
+            group.done.set_result(None)
         if self.telemetry is not None:
             self.telemetry.outcome(now, outcome.latency_s, ok=outcome.ok, spilled=outcome.spilled)
 
@@ -201,38 +233,45 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     async def _send(self, backend: Backend, batch: list[_Request]) -> None:
-        body = {
-            "instances": np.stack([r.row for r in batch]).tolist(),
-            "dtype": self.dtype,
-            "deadlines": [r.deadline for r in batch],
-        }
+        body = orjson.dumps(
+            {
+                "instances": np.stack([r.row for r in batch]),
+                "dtype": self.dtype,
+                "deadlines": [r.deadline for r in batch],
+            },
+            option=orjson.OPT_SERIALIZE_NUMPY,
+        )
         admitted: list[int] = []
         try:
-            async with self.session.post(f"{backend.url}/v1/batch", json=body) as resp:
+            async with self.session.post(
+                f"{backend.url}/v1/batch", data=body, headers=_JSON
+            ) as resp:
                 if resp.status != 200:
                     raise aiohttp.ClientResponseError(
                         resp.request_info, (), status=resp.status, message=await resp.text()
                     )
-                head = json.loads(await resp.content.readline())
+                head = orjson.loads(await resp.content.readline())
                 admitted = [int(i) for i in head["admitted"]]
                 rejected = [batch[int(i)] for i in head["rejected"]]
                 backend.busy_until = max(self.clock(), float(head["finish"]))
                 if rejected:
                     self._spawn(self._spill(rejected))
-                if not admitted:
-                    return
-                tail = json.loads(await resp.content.readline())
-            if "error" in tail:
-                for i in admitted:
-                    self._finish(batch[i], None, str(tail["error"]), backend.instance_id)
-                return
-            for i, out in zip(admitted, tail["outputs"], strict=True):
-                self._finish(batch[i], out, None, backend.instance_id)
+                if admitted:
+                    tail = orjson.loads(await resp.content.readline())
+                    if "error" in tail:
+                        for i in admitted:
+                            self._finish(batch[i], None, str(tail["error"]), backend.instance_id)
+                    else:
+                        for i, out in zip(admitted, tail["outputs"], strict=True):
+                            self._finish(batch[i], out, None, backend.instance_id)
+                # Read to the end of the chunked body: a response released before its end
+                # closes the connection, and the next batch would pay a new TCP handshake.
+                await resp.content.read()
         except (aiohttp.ClientError, OSError, ValueError, KeyError, TimeoutError) as exc:
             # The instance failed us: whatever it did not answer goes to Lambda.
             log.warning("instance %s failed a batch: %s", backend.instance_id, exc)
             backend.busy_until = self.clock() + 1.0  # steer the next batches elsewhere
-            self._spawn(self._spill([r for r in batch if not r.future.done()]))
+            self._spawn(self._spill([r for r in batch if not r.finished]))
 
     async def _spill(self, batch: list[_Request]) -> None:
         if not batch:

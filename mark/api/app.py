@@ -17,6 +17,7 @@ from mark.api.codec import (
     V2_TYPES,
     BadRequest,
     Tensor,
+    dump_json,
     encode_v1,
     encode_v2,
     parse_json,
@@ -54,8 +55,12 @@ STATE: web.AppKey[ApiState] = web.AppKey("mark_api", ApiState)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def _json(body: object, status: int = 200) -> web.Response:
+    return web.Response(body=dump_json(body), status=status, content_type="application/json")
+
+
 def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+    return _json({"error": message}, status)
 
 
 @web.middleware
@@ -85,21 +90,21 @@ def _served(request: web.Request) -> Served:
 
 
 async def live(_: web.Request) -> web.Response:
-    return web.json_response({"live": True})
+    return _json({"live": True})
 
 
 async def ready(request: web.Request) -> web.Response:
     ok = request.app[STATE].is_ready()
-    return web.json_response({"ready": ok}, status=200 if ok else 503)
+    return _json({"ready": ok}, 200 if ok else 503)
 
 
 async def list_models(request: web.Request) -> web.Response:
-    return web.json_response({"models": sorted(request.app[STATE].models)})
+    return _json({"models": sorted(request.app[STATE].models)})
 
 
 async def model_metadata(request: web.Request) -> web.Response:
     m = _served(request).spec
-    return web.json_response(
+    return _json(
         {
             "name": m.name,
             "platform": "pytorch_torchscript" if m.loader == "torchscript" else "pytorch",
@@ -134,7 +139,7 @@ async def predict_v1(request: web.Request) -> web.Response:
     body = parse_json(await request.read())
     tensor = parse_v1(body, served.spec.input, MAX_INSTANCES_PER_REQUEST)
     outcomes = await _run(served, tensor)
-    return _failure(outcomes) or web.json_response(encode_v1([o.output for o in outcomes]))
+    return _failure(outcomes) or _json(encode_v1([o.output for o in outcomes]))
 
 
 async def infer_v2(request: web.Request) -> web.Response:
@@ -143,7 +148,7 @@ async def infer_v2(request: web.Request) -> web.Response:
     tensor = parse_v2(body, served.spec.input, MAX_INSTANCES_PER_REQUEST)
     outcomes = await _run(served, tensor)
     req_id = body.get("id") if isinstance(body.get("id"), str) else None
-    return _failure(outcomes) or web.json_response(
+    return _failure(outcomes) or _json(
         encode_v2(served.spec.name, [o.output for o in outcomes], req_id)
     )
 
@@ -156,7 +161,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document(request.app[STATE].settings))
+    return _json(openapi_document(request.app[STATE].settings))
 
 
 def build_app(

@@ -10,13 +10,13 @@ Parsing is strict and pure: any mistake a client can make becomes a
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from mark.config import InputSchema
 
@@ -53,10 +53,16 @@ class Tensor:
 
 
 def parse_json(body: bytes) -> Any:
+    """Strict RFC 8259 JSON (no NaN/Infinity literals, integers within 64 bits)."""
     try:
-        return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
         raise BadRequest(400, f"body is not valid JSON: {exc}") from None
+
+
+def dump_json(body: Any) -> bytes:
+    """Response bodies: numpy arrays and scalars serialise as they are, no ``tolist``."""
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def _to_array(data: Any, schema: InputSchema, what: str) -> np.ndarray[Any, Any]:
@@ -69,23 +75,22 @@ def _to_array(data: Any, schema: InputSchema, what: str) -> np.ndarray[Any, Any]
     if arr.dtype.kind not in "biuf":
         raise BadRequest(400, f"{what} must hold numbers, got {arr.dtype.kind!r} values")
     want = np.dtype(schema.dtype)
-    if (
-        want.kind in "iub"
-        and arr.dtype.kind == "f"
-        and not (np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)))
-    ):
+    if want.kind == "f":
+        # The common case, kept to one pass: cast, then one finiteness check.
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = arr.astype(want, copy=False)
+        if out.size and not np.isfinite(out).all():
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                raise BadRequest(400, f"{what} holds NaN or infinite values")
+            raise BadRequest(400, f"{what} has values outside the range of {schema.dtype}")
+        return out
+    if arr.dtype.kind == "f" and not (np.isfinite(arr).all() and (arr == np.round(arr)).all()):
         raise BadRequest(400, f"{what} must be integers for dtype {schema.dtype}")
-    if want.kind == "f" and arr.size and not np.all(np.isfinite(arr)):
-        raise BadRequest(400, f"{what} holds NaN or infinite values")
     if want.kind in "iu" and arr.size:
         info = np.iinfo(want)
         if arr.min() < info.min or arr.max() > info.max:
             raise BadRequest(400, f"{what} has values outside the range of {schema.dtype}")
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = arr.astype(want, copy=False)
-    if want.kind == "f" and out.size and not np.all(np.isfinite(out)):
-        raise BadRequest(400, f"{what} has values outside the range of {schema.dtype}")
-    return out
+    return arr.astype(want, copy=False)
 
 
 def _check_shape(arr: np.ndarray[Any, Any], schema: InputSchema, what: str) -> None:
@@ -159,7 +164,8 @@ def parse_v2(body: Any, schema: InputSchema, max_batch: int) -> Tensor:
 
 
 def encode_v1(outputs: Sequence[Any]) -> dict[str, Any]:
-    return {"predictions": [np.asarray(o).tolist() for o in outputs]}
+    # Outputs arrive as JSON lists from the agents, or arrays from Lambda; orjson takes both.
+    return {"predictions": list(outputs)}
 
 
 def encode_v2(model: str, outputs: Sequence[Any], request_id: str | None) -> dict[str, Any]:
@@ -170,12 +176,7 @@ def encode_v2(model: str, outputs: Sequence[Any], request_id: str | None) -> dic
     body: dict[str, Any] = {
         "model_name": model,
         "outputs": [
-            {
-                "name": "output",
-                "shape": list(arr.shape),
-                "datatype": kind,
-                "data": arr.ravel().tolist(),
-            }
+            {"name": "output", "shape": list(arr.shape), "datatype": kind, "data": arr.ravel()}
         ],
     }
     if request_id is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -12,6 +11,7 @@ from typing import Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 
+from mark import event_loop
 from mark.config import Settings, load_settings, parse_overrides
 
 T = TypeVar("T")
@@ -50,7 +50,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
+    return event_loop.run(coro)
 
 
 def is_interactive() -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -219,3 +220,60 @@ async def test_without_capacity_or_spill_the_error_is_explicit(
         assert not o.ok and "no serving capacity" in (o.error or "")
     finally:
         await d.close()
+
+
+async def test_batches_reuse_the_connection_to_an_agent(model_path: Path) -> None:
+    # An agent in another process sends the end of its chunked body in a later
+    # segment than the outputs. A response released before that end closes the
+    # connection, and every batch then pays a new TCP handshake. This server holds
+    # the end back for a while, so only a client that reads to the end reuses it.
+    from aiohttp import web
+
+    admit = True
+
+    async def batch(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        n = len(body["deadlines"])
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+        ids = list(range(n))
+        head = {"admitted": ids if admit else [], "rejected": [] if admit else ids, "finish": 0}
+        await resp.write(json.dumps(head).encode() + b"\n")
+        if admit:
+            await resp.write(json.dumps({"outputs": [[1.0, 2.0]] * n}).encode() + b"\n")
+        await asyncio.sleep(0.05)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/batch", batch)
+    server = TestServer(app)
+    await server.start_server()
+    opened: list[object] = []
+
+    async def count(_: object, __: object, params: object) -> None:
+        opened.append(params)
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(count)
+    lam = InProcessServerless(ModelRunner(str(model_path)))
+    async with aiohttp.ClientSession(trace_configs=[trace]) as s:
+        d = _dispatcher(s, lam)
+        url = str(server.make_url("")).rstrip("/")
+        d.set_backends(
+            [Backend("i-1", "c5.large", url, BatchLatency.from_mapping({1: 0.001}), 1, 0.0)]
+        )
+        try:
+            for i in range(5):  # one at a time: each its own batch
+                (o,) = await d.submit(_rows(1, seed=i))
+                assert o.ok and o.served_by == "i-1" and o.output == [1.0, 2.0]
+                await asyncio.sleep(0.1)  # the end of the body arrives; the connection is free
+            admit = False
+            for i in range(3):
+                (o,) = await d.submit(_rows(1, seed=i))
+                assert o.ok and o.spilled
+                await asyncio.sleep(0.1)
+            assert len(opened) == 1
+        finally:
+            await d.close()
+            await server.close()
