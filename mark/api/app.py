@@ -55,8 +55,25 @@ STATE: web.AppKey[ApiState] = web.AppKey("mark_api", ApiState)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _json(body: object, status: int = 200) -> web.Response:
-    return web.Response(body=dump_json(body), status=status, content_type="application/json")
+SERVED_BY = "X-Mark-Served-By"
+
+
+def _json(
+    body: object, status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        body=dump_json(body), status=status, content_type="application/json", headers=headers
+    )
+
+
+def _served_by(outcomes: list[Outcome]) -> dict[str, str]:
+    """Which instance(s) or Lambda answered: for clients, load generators and debugging."""
+    who = (
+        outcomes[0].served_by
+        if len(outcomes) == 1
+        else ",".join(sorted({o.served_by for o in outcomes}))
+    )
+    return {SERVED_BY: who}
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -139,7 +156,9 @@ async def predict_v1(request: web.Request) -> web.Response:
     body = parse_json(await request.read())
     tensor = parse_v1(body, served.spec.input, MAX_INSTANCES_PER_REQUEST)
     outcomes = await _run(served, tensor)
-    return _failure(outcomes) or _json(encode_v1([o.output for o in outcomes]))
+    return _failure(outcomes) or _json(
+        encode_v1([o.output for o in outcomes]), headers=_served_by(outcomes)
+    )
 
 
 async def infer_v2(request: web.Request) -> web.Response:
@@ -149,7 +168,8 @@ async def infer_v2(request: web.Request) -> web.Response:
     outcomes = await _run(served, tensor)
     req_id = body.get("id") if isinstance(body.get("id"), str) else None
     return _failure(outcomes) or _json(
-        encode_v2(served.spec.name, [o.output for o in outcomes], req_id)
+        encode_v2(served.spec.name, [o.output for o in outcomes], req_id),
+        headers=_served_by(outcomes),
     )
 
 

@@ -114,7 +114,7 @@ def openapi_document(settings: Settings, max_instances: int = 1024) -> dict[str,
                     "required": True,
                     "content": {"application/json": {"schema": v1_body}},
                 },
-                "responses": {"200": _json({"predictions": {"type": "array"}}), **responses},
+                "responses": {"200": _prediction({"predictions": {"type": "array"}}), **responses},
             }
         }
         paths["/v2/models/{name}/infer"] = {
@@ -126,7 +126,9 @@ def openapi_document(settings: Settings, max_instances: int = 1024) -> dict[str,
                     "content": {"application/json": {"schema": v2_body}},
                 },
                 "responses": {
-                    "200": _json({"model_name": {"type": "string"}, "outputs": {"type": "array"}}),
+                    "200": _prediction(
+                        {"model_name": {"type": "string"}, "outputs": {"type": "array"}}
+                    ),
                     **responses,
                 },
             }
@@ -150,6 +152,21 @@ def _json(props: dict[str, Any]) -> dict[str, Any]:
         "description": "OK",
         "content": {"application/json": {"schema": {"type": "object", "properties": props}}},
     }
+
+
+_SERVED_BY = {
+    "X-Mark-Served-By": {
+        "description": (
+            "who answered, comma-separated if the request's instances went to several: "
+            'instance ids, or "lambda" for the spill function'
+        ),
+        "schema": {"type": "string"},
+    }
+}
+
+
+def _prediction(props: dict[str, Any]) -> dict[str, Any]:
+    return {**_json(props), "headers": _SERVED_BY}
 
 
 def _simple(summary: str, props: dict[str, Any]) -> dict[str, Any]:

@@ -68,12 +68,14 @@ async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: 
         n = 300
         images = x[:n].numpy()
         expected = ModelRunner(run.world.models["digits"].source).run(images)
+        who: list[str] = []
         async with aiohttp.ClientSession() as session:
 
             async def one(i: int) -> list[float]:
                 body = {"instances": [images[i].tolist()]}
                 async with session.post(f"{run.url}/v1/models/digits:predict", json=body) as r:
                     assert r.status == 200, await r.text()
+                    who.append(r.headers["X-Mark-Served-By"])
                     return (await r.json())["predictions"][0]  # type: ignore[no-any-return]
 
             got = await asyncio.gather(*(one(i) for i in range(n)))
@@ -84,6 +86,9 @@ async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: 
         assert tel.counts["served"] > 0, "the instance served nothing"
         assert tel.counts["spilled"] > 0, "a burst over capacity must spill to Lambda"
         assert tel.counts["served"] + tel.counts["spilled"] == n
+        # The response header names who answered, and agrees with telemetry.
+        assert who.count(inst.instance_id) == tel.counts["served"]
+        assert who.count("lambda") == tel.counts["spilled"]
         assert run.world.serverless is not None and run.world.serverless.cold_starts >= 1
     finally:
         await stop(run)

@@ -51,12 +51,14 @@ async def test_v1_and_v2_predict(client: TestClient[Any, Any]) -> None:
     ones = [[[1.0] * 8] * 8]
     r = await client.post("/v1/models/digits:predict", json={"instances": [ZERO, ones]})
     assert r.status == 200 and (await r.json())["predictions"] == [[0.0], [64.0]]
+    assert r.headers["X-Mark-Served-By"] == "lambda"  # no instances: the spill function
     body = {
         "inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [2.0] * 64}]
     }
     r = await client.post("/v2/models/digits/infer", json=body)
     out = (await r.json())["outputs"][0]
     assert r.status == 200 and out["data"] == [128.0] and out["shape"] == [1, 1]
+    assert r.headers["X-Mark-Served-By"] == "lambda"
 
 
 @pytest.mark.parametrize(
