@@ -259,14 +259,18 @@ async def start(settings: Settings) -> Running:
             [*offered.types, *offered.standby_types, settings.slo_monitor.instance_type],
         )
     if (aws or settings.local.control_loop) and world.fleet is not None:
-        # Planning estimate: this machine's T_b stretched per type (local: as emulated;
-        # aws: the documented default rule, until a profile per type is measured).
+        # Planning estimate: this machine's T_b stretched per type (local: the profile the
+        # agents emulate, measured once at world start, not again under load; aws: the
+        # documented default rule, until a profile per type is measured).
         slowdown = default_slowdown(catalog, None if aws else settings.local.slowdown)
         boot_s = settings.aws.boot_s if aws else settings.local.boot_delay_s + 5.0
         options = {}
         standby_capacity = {}
         for m in settings.models:
-            measured = await asyncio.to_thread(measure_latency, sources[m.name], m)
+            if isinstance(world, LocalWorld) and m.name in world.profiles:
+                measured = world.profiles[m.name]  # exactly what every agent emulates
+            else:
+                measured = await asyncio.to_thread(measure_latency, sources[m.name], m)
             types = [*settings.offerings.types, *settings.offerings.standby_types]
             latency = {t: measured.scaled(slowdown(t)) for t in types}
             standby = build_options(

@@ -122,6 +122,23 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
     try:
         fleet = run.world.fleet
         assert fleet is not None and run.controller is not None
+        # The planner rates each offering from the very profile the agents emulate.
+        from mark.cloud.local.agents import default_slowdown
+        from mark.cloud.local.world import LocalWorld
+        from mark.controller import build_options
+
+        assert isinstance(run.world, LocalWorld)
+        profile = run.world.profiles["digits"]
+        stretch = default_slowdown(run.controller.catalog, settings.local.slowdown)
+        expected = build_options(
+            settings.models[0],
+            run.controller.catalog,
+            ["c5.large"],
+            [Market.SPOT, Market.ON_DEMAND],
+            {"c5.large": profile.scaled(stretch("c5.large"))},
+            boot_s=run.controller.boot_s,
+        )
+        assert run.controller.options["digits"] == expected
         (spot,) = await fleet.launch(LaunchRequest("digits", "c5.large", Market.SPOT))
         (standby,) = await fleet.launch(
             LaunchRequest("digits", "t3.large", Market.ON_DEMAND, 1, InstanceRole.STANDBY)
