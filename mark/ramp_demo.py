@@ -6,9 +6,12 @@ sampler notes every second which instances are pending and which serve, and
 afterwards the store's plans, decisions and instance events are read back and
 checked against the load that actually arrived:
 
-* a launch is *ahead* when the load that the fleet before it could not carry
-  had not arrived yet when it was decided (and better, when the instance was
-  already serving when that load came);
+* a launch of k instances is *ahead* when the load that needs all k of them
+  (more than the fleet before it plus k - 1 of them carry) had not arrived yet
+  when it was decided (and better, when they were already serving when that
+  load came). For one instance that is the load the fleet before it could not
+  carry; a launch of two from an empty fleet at start is not "late" because a
+  base load that Lambda serves was there before any instance could be;
 * a retirement is judged by how long after the load fell below what the rest
   of the fleet carries it happened, next to the cool-down.
 
@@ -350,9 +353,10 @@ class LaunchCheck:
     instance_type: str
     by: str  # planner | SLO monitor
     capacity_before: float
-    need_at: float | None  # offset when the load first exceeded capacity_before
+    need_at: float | None  # offset when the load first exceeded needs_all_above
     ready_at: float | None
-    already_there: bool  # the load exceeded capacity_before in the minute before
+    already_there: bool  # the load exceeded needs_all_above in the minute before
+    needs_all_above: float = 0.0  # capacity_before + all but one of the launched instances
 
     @property
     def ahead(self) -> bool:
@@ -408,9 +412,12 @@ def launch_checks(run: RampRun) -> list[LaunchCheck]:
     t0 = run.started_at
     for (at, by), ids in sorted(groups.items()):
         before = sum(run.cap_of(i) for i in _live_at(run, at))
-        already = _max_rate(run.windows, at - 60.0, at) > before
+        caps = sorted(run.cap_of(i) for i in ids)
+        needs_all = before + sum(caps[:-1])  # the last of them is needed above this
+        already = _max_rate(run.windows, at - 60.0, at) > needs_all
         need = next(
-            (w.window_start for w in run.windows if w.window_start >= at and w.rate > before), None
+            (w.window_start for w in run.windows if w.window_start >= at and w.rate > needs_all),
+            None,
         )
         readies = [r for r in (_ready_at(run, i) for i in ids) if r is not None]
         rec = next(i for i in run.instances if i.instance_id == ids[0])
@@ -422,8 +429,9 @@ def launch_checks(run: RampRun) -> list[LaunchCheck]:
                 "planner" if by == "planner" else by,
                 before,
                 None if need is None else need - t0,
-                None if not readies else min(readies) - t0,
+                None if not readies else max(readies) - t0,
                 already,
+                needs_all,
             )
         )
     return out
@@ -537,13 +545,14 @@ def format_report(run: RampRun) -> str:
         )
     lines += [
         "",
-        "| launch at | what | by | fleet capacity before (r/s) | load above it from "
+        "| launch at | what | by | fleet capacity before (r/s) | all of it needed from "
         "| serving from | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in launch_checks(run):
         lines.append(
-            f"| {_mmss(c.at)} | {c.count}× {c.instance_type} | {c.by} | {c.capacity_before:.0f} "
+            f"| {_mmss(c.at)} | {c.count}× {c.instance_type} | {c.by} | {c.capacity_before:.0f}"
+            f"{f' (+{c.needs_all_above - c.capacity_before:.0f})' if c.count > 1 else ''} "
             f"| {'-' if c.need_at is None else _mmss(c.need_at)} "
             f"| {'-' if c.ready_at is None else _mmss(c.ready_at)} | {c.verdict()} |"
         )

@@ -148,6 +148,47 @@ def test_checks_judge_launches_and_retirements_against_the_load() -> None:
     assert "ahead by 40 s" in format_report(run)
 
 
+def test_a_launch_of_several_is_judged_by_the_load_that_needs_all_of_them() -> None:
+    """Two instances launched from an empty fleet while Lambda serves a base load of
+    5 r/s: the second is needed only above 20 r/s, which comes 100 s later."""
+    from mark.loadgen import LoadResult, ModelInput
+    from mark.ramp_demo import FleetSample, RampRun
+    from mark.state.records import ArrivalWindow, InstanceRecord
+
+    t0 = 1000.0
+    rate = {w: (30.0 if w >= 1100 else 5.0) for w in range(1000, 1300, 5)}
+    windows = [ArrivalWindow("m", float(w), 5.0, int(r * 5)) for w, r in rate.items()]
+    recs = [
+        InstanceRecord(i, "m", "c5.large", "on-demand", "serving", "x", 0.1, t0, t0)
+        for i in ("a", "b")
+    ]
+    run = RampRun(
+        model="m",
+        started_at=t0,
+        ended_at=1300.0,
+        update_period_s=60.0,
+        cooldown_s=90.0,
+        load=LoadResult(
+            RateProfile.parse("0:5,300:5"), ModelInput("m", "input", "FP32", (1,)), "v2", t0
+        ),
+        samples=[
+            FleetSample(float(t), (), ("a", "b") if t >= 1030 else ())
+            for t in range(1000, 1300, 10)
+        ],
+        plans=[],
+        decisions=[],
+        windows=windows,
+        instances=recs,
+        first_event={"a": (t0, "planner"), "b": (t0, "planner")},
+        retired_at={},
+        capacity={("c5.large", "on-demand"): 20.0},
+    )
+    (c,) = launch_checks(run)
+    assert c.count == 2 and c.capacity_before == 0 and c.needs_all_above == 20
+    assert c.ahead and (c.need_at, c.ready_at) == (100.0, 30.0)
+    assert c.verdict() == "ahead by 100 s, serving 70 s early"
+
+
 MARK = [sys.executable, "-m", "mark.cli.main"]
 ARGS = ["--profile", "0:1,600:1", "--out"]
 
