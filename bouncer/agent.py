@@ -52,19 +52,12 @@ from aiohttp import web
 from bouncer.admission import Admission, admit
 from bouncer.latency import BatchLatency
 from bouncer.runner import ModelLoadError, ModelRunner
+from bouncer.wire import dump_json
 from mark import event_loop
 
 log = logging.getLogger("mark.agent")
 
 DTYPES = {"float32", "float64", "int64", "int32", "uint8", "bool"}
-NUMPY = orjson.OPT_SERIALIZE_NUMPY
-
-
-def _tolist(obj: Any) -> Any:
-    """What orjson cannot write natively (a non-contiguous or float16 array, say)."""
-    if isinstance(obj, np.ndarray | np.generic):
-        return obj.tolist()
-    raise TypeError(f"cannot serialise {type(obj).__name__}")
 
 
 @dataclass
@@ -213,7 +206,7 @@ class Agent:
         }
         try:
             await resp.prepare(request)
-            await resp.write(orjson.dumps(head) + b"\n")
+            await resp.write(dump_json(head) + b"\n")
         except BaseException:  # the caller went away: its batch will not run
             if decision.size:
                 self.done(decision)
@@ -236,7 +229,7 @@ class Agent:
             tail = {"error": f"inference failed: {type(exc).__name__}: {exc}"}
         finally:
             self.done(decision)
-        await resp.write(orjson.dumps(tail, default=_tolist, option=NUMPY) + b"\n")
+        await resp.write(dump_json(tail) + b"\n")
         await resp.write_eof()
         return resp
 

@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 
 from bouncer.latency import BatchLatency
+from bouncer.wire import dump_json
 from mark.errors import CloudError
 from mark.ports import Serverless
 from mark.telemetry import Telemetry
@@ -233,13 +234,12 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     async def _send(self, backend: Backend, batch: list[_Request]) -> None:
-        body = orjson.dumps(
+        body = dump_json(
             {
                 "instances": np.stack([r.row for r in batch]),
                 "dtype": self.dtype,
                 "deadlines": [r.deadline for r in batch],
-            },
-            option=orjson.OPT_SERIALIZE_NUMPY,
+            }
         )
         admitted: list[int] = []
         try:

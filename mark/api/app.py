@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from bouncer.wire import dump_json
 from mark.api.codec import (
     V2_TYPES,
     BadRequest,
     Tensor,
-    dump_json,
     encode_v1,
     encode_v2,
     parse_json,

@@ -60,11 +60,6 @@ def parse_json(body: bytes) -> Any:
         raise BadRequest(400, f"body is not valid JSON: {exc}") from None
 
 
-def dump_json(body: Any) -> bytes:
-    """Response bodies: numpy arrays and scalars serialise as they are, no ``tolist``."""
-    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
 def _to_array(data: Any, schema: InputSchema, what: str) -> np.ndarray[Any, Any]:
     try:
         arr = np.asarray(data)
