@@ -108,6 +108,17 @@ class RateProfile:
         return cls(tuple(points))
 
     @classmethod
+    def from_options(
+        cls, profile: str | None, trace: Path | None, speedup: float, scale: float, default: str
+    ) -> RateProfile:
+        """The CLI's choice: ``--profile`` text or a ``--trace`` file, never both."""
+        if trace is not None and profile is not None:
+            raise LoadgenError("give --profile or --trace, not both")
+        if trace is not None:
+            return cls.from_trace(trace, speedup=speedup, scale=scale)
+        return cls.parse(profile or default)
+
+    @classmethod
     def from_trace(
         cls,
         path: str | Path,

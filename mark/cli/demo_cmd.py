@@ -127,14 +127,8 @@ def ramp(
         fail(f"--forecaster {forecaster!r} is not known; allowed: {', '.join(FORECASTERS)}")
     if api not in ("v1", "v2"):
         fail(f"--api {api!r} is not known; allowed: v1, v2")
-    if trace is not None and profile is not None:
-        fail("give --profile or --trace, not both")
     try:
-        shape = (
-            RateProfile.from_trace(trace, speedup=speedup, scale=scale)
-            if trace is not None
-            else RateProfile.parse(profile or DEFAULT_PROFILE)
-        )
+        shape = RateProfile.from_options(profile, trace, speedup, scale, DEFAULT_PROFILE)
     except LoadgenError as exc:
         fail(str(exc))
     cli = state(ctx)
@@ -240,14 +234,8 @@ def load(
 
     if api not in ("v1", "v2"):
         fail(f"--api {api!r} is not known; allowed: v1, v2")
-    if trace is not None and profile is not None:
-        fail("give --profile or --trace, not both")
     try:
-        shape = (
-            RateProfile.from_trace(trace, speedup=speedup, scale=scale)
-            if trace is not None
-            else RateProfile.parse(profile or "0:5,30:20,60:5")
-        )
+        shape = RateProfile.from_options(profile, trace, speedup, scale, "0:5,30:20,60:5")
         bar, advance = rich_progress(shape.duration, shape)
         with bar:
             result = run_async(
