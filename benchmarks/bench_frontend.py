@@ -159,7 +159,7 @@ def main() -> None:
     p.add_argument("--serve-frontend", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve_frontend:
-        from mark import event_loop
+        from bouncer import event_loop
 
         event_loop.run(_frontend(args.serve_frontend))
         return

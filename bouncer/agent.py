@@ -49,11 +49,11 @@ import numpy as np
 import orjson
 from aiohttp import web
 
+from bouncer import event_loop
 from bouncer.admission import Admission, admit
 from bouncer.latency import BatchLatency
 from bouncer.runner import ModelLoadError, ModelRunner
 from bouncer.wire import dump_json
-from mark import event_loop
 
 log = logging.getLogger("mark.agent")
 

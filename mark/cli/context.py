@@ -11,7 +11,7 @@ from typing import Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 
-from mark import event_loop
+from bouncer import event_loop
 from mark.config import Settings, load_settings, parse_overrides
 
 T = TypeVar("T")

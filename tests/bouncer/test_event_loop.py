@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import uvloop
 
-from mark import event_loop
+from bouncer import event_loop
 
 
 async def _loop_type() -> type[asyncio.AbstractEventLoop]:
