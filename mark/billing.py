@@ -219,3 +219,11 @@ class ProvisionedPeriod:
             )
             for model in sorted(self.models)
         ]
+
+
+def provisioned_hourly(prices: LambdaPrices, concurrency: int, memory_mb: int) -> float:
+    """$/h of keeping ``concurrency`` environments of ``memory_mb`` provisioned (x86), the
+    fixed part of the spill function's bill that the cluster's spend rail counts."""
+    if concurrency <= 0:
+        return 0.0
+    return concurrency * memory_mb / 1024.0 * provisioned_rates(prices, "x86_64")[0] * 3600.0

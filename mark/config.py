@@ -71,6 +71,11 @@ class ModelSpec(_Strict):
     profile: Path | None = Field(
         default=None, description="profile file (batch latencies per instance type)"
     )
+    max_rate_rps: float | None = Field(
+        default=None,
+        gt=0,
+        description="the most load this model can see (r/s); forecasts above it are clipped",
+    )
 
     @field_validator("name")
     @classmethod
@@ -193,7 +198,14 @@ class PredictorSpec(_Strict):
     history_minutes: int = Field(default=1500, ge=60, description="history handed to the model")
     refit_every_minutes: int = Field(default=1440, ge=60, description="refit schedule (nightly)")
     refit_at_minute_of_day: int | None = Field(default=180, ge=0, lt=1440)
-    min_history_minutes: int = Field(default=1440, ge=60, description="before this: fallback")
+    min_history_minutes: int = Field(
+        default=1440, ge=60, description="observed minutes before the first fit; fallback until"
+    )
+    max_forecast_multiple: float | None = Field(
+        default=2.0,
+        ge=1.0,
+        description="a forecast step above this × the history's observed peak is clipped",
+    )
 
     @field_validator("model")
     @classmethod
@@ -205,6 +217,24 @@ class PredictorSpec(_Strict):
         except Exception as exc:
             raise ValueError(str(exc)) from None
         return v
+
+
+class BudgetSpec(_Strict):
+    """Spending rails: the control loop never starts capacity that would pay more than this.
+
+    Dollars per hour of instances running (on-demand, spot, standbys started,
+    SLO-monitor backups) plus the spill function's provisioned concurrency.
+    The defaults are for a small budget (about $3,600 a month per model if it
+    ran at the rail all the time); raise them to what you mean to spend, or
+    set ``null`` for no rail.
+    """
+
+    max_hourly_per_model: float | None = Field(
+        default=5.0, gt=0, description="$/h of one model's instances"
+    )
+    max_hourly_cluster: float | None = Field(
+        default=10.0, gt=0, description="$/h of every model's instances + provisioned concurrency"
+    )
 
 
 class AwsSpec(_Strict):
@@ -340,6 +370,7 @@ class Settings(BaseSettings):
     timings: Timings = Timings()
     slo_monitor: SloMonitorSpec = SloMonitorSpec()
     predictor: PredictorSpec = PredictorSpec()
+    budget: BudgetSpec = BudgetSpec()
 
     @field_validator("database_url")
     @classmethod

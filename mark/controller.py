@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -31,9 +31,11 @@ from mark.ports import (
     Store,
 )
 from mark.state.records import ArrivalWindow, Decision, InstanceRecord, LedgerEntry, PlanRecord
-from predictor.base import History
-from predictor.online import OnlinePredictor, RefitPolicy
+from predictor.base import Forecaster, History
+from predictor.baselines import PaperFallback
+from predictor.online import COLD_START_WINDOW, OnlinePredictor, RefitPolicy
 from provisioner.batching import tune_batching
+from provisioner.forecast_sanity import ForecastBounds, clip_forecast
 from provisioner.greedy import NoFeasibleOption, Plan, PlannerOption, RunningInstance, plan_greedy
 from provisioner.guards import Decision as GuardDecision
 from provisioner.guards import FleetInstance, GuardConfig, GuardState, RawDecision, apply_guards
@@ -45,6 +47,7 @@ from provisioner.slo_monitor import (
     observe_latencies,
     slo_at_risk,
 )
+from provisioner.spend_rails import RailHit, Spend, SpendLimits, within_rails
 from provisioner.spot import (
     UNAVAILABLE_OFFERING_TTL_S,
     InterruptionMemory,
@@ -59,7 +62,6 @@ from provisioner.spot import (
 
 log = logging.getLogger("mark.controller")
 
-Forecast = Callable[[Sequence[float], int], list[float]]
 PROFILE_BATCHES = (1, 2, 4, 8, 16, 32)
 LIVE = {InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY}
 
@@ -69,14 +71,16 @@ def max_rate_per_minute(
 ) -> list[float]:
     """The paper's series: for each minute, the highest rate of its P_s sample windows.
 
-    A minute with no windows recorded is 0 (the daemon records every window,
-    empty ones included, while it runs).
+    A minute with no windows recorded is NaN, missing: the daemon records
+    every window while it runs, empty ones as zeros, so a minute without any
+    is one it did not see (before it started, or while it was down), and a
+    forecaster must not learn it as zero load.
     """
-    out = [0.0] * minutes
+    out = [math.nan] * minutes
     for w in windows:
         k = math.floor((w.window_start - start) / 60.0)
         if 0 <= k < minutes:
-            out[k] = max(out[k], w.rate)
+            out[k] = w.rate if math.isnan(out[k]) else max(out[k], w.rate)
     return out
 
 
@@ -96,15 +100,10 @@ def launch_token(
     return f"{model}/{instance_type}/{market}/{role.value}/step-{step}/seen-{seen}"
 
 
-def headroom_fallback(headroom: float = 1.2) -> Forecast:
-    """FALLBACK forecaster, used until a trained predictor is configured:
-    the highest per-minute rate of the history times ``headroom``, flat."""
-
-    def forecast(history: Sequence[float], steps: int) -> list[float]:
-        peak = max(history) if history else 0.0
-        return [peak * headroom] * steps
-
-    return forecast
+def cold_start_forecaster() -> Forecaster:
+    """The forecaster used when no predictor is configured for a model: the paper's
+    fallback over the last hour (``predictor.baselines.PaperFallback``)."""
+    return PaperFallback(window=COLD_START_WINDOW)
 
 
 def build_options(
@@ -171,7 +170,7 @@ class Controller:
     fleet: Fleet
     store: Store
     options: Mapping[str, Sequence[PlannerOption]]
-    forecast: Forecast = field(default_factory=headroom_fallback)
+    forecast: Forecaster = field(default_factory=cold_start_forecaster)
     predictors: Mapping[str, OnlinePredictor] = field(default_factory=dict)
     boot_s: float = 90.0
     catalog: Catalog = field(default_factory=load_catalog)
@@ -186,6 +185,49 @@ class Controller:
     _fetched: dict[str, float] = field(default_factory=dict)
     max_fallbacks: int = 3  # re-plans per step after offerings out of capacity
     unavailable_ttl_s: float = UNAVAILABLE_OFFERING_TTL_S
+    fixed_hourly: float = 0.0  # $/h paid whatever the fleet (provisioned concurrency)
+    rail_hits: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, rail) -> n
+    forecast_clips: dict[str, int] = field(default_factory=dict)  # model -> n
+
+    def _limits(self) -> SpendLimits:
+        b = self.settings.budget
+        return SpendLimits(b.max_hourly_per_model, b.max_hourly_cluster)
+
+    def _spend(self, model: str, fleet: Sequence[InstanceInfo], gone: Sequence[str] = ()) -> Spend:
+        """What is paid per hour now for ``model`` and for the cluster, without ``gone``."""
+        left = set(gone)
+        model_cost = cluster_cost = 0.0
+        for i in fleet:
+            if i.state not in LIVE or i.instance_id in left:
+                continue
+            price = self._price(i.instance_type, i.market.value)
+            cluster_cost += price
+            if i.model == model:
+                model_cost += price
+        return Spend(model_cost, cluster_cost + self.fixed_hourly)
+
+    def _rail_decisions(self, model: str, now: float, hits: Sequence[RailHit]) -> list[Decision]:
+        """Each rail hit as a decision row, a warning in the log and a /metrics count."""
+        out = []
+        for h in hits:
+            why = h.explain()
+            log.warning("%s: %s", model, why)
+            self.rail_hits[(model, h.rail)] = self.rail_hits.get((model, h.rail), 0) + 1
+            itype, market = h.key
+            out.append(Decision(model, now, "spend-rail", why, itype, market, h.wanted - h.allowed))
+        return out
+
+    def prometheus(self) -> str:
+        """The control loop's counters for ``/metrics``: spend-rail hits, forecast clips."""
+        lines = [
+            f'mark_spend_rail_hits_total{{model="{m}",rail="{r}"}} {n}'
+            for (m, r), n in sorted(self.rail_hits.items())
+        ]
+        lines += [
+            f'mark_forecast_clips_total{{model="{m}"}} {n}'
+            for m, n in sorted(self.forecast_clips.items())
+        ]
+        return "".join(line + "\n" for line in lines)
 
     async def check_slo(self, now: float, latencies: Mapping[str, Sequence[float]]) -> list[str]:
         """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.
@@ -218,19 +260,30 @@ class Controller:
             )
             market = Market(action.market)
             try:
-                seen = _count(
-                    await self.fleet.list(),
-                    spec.name,
-                    action.instance_type,
-                    market,
-                    InstanceRole.BACKUP,
+                fleet = await self.fleet.list()
+                allowed, hits, _ = within_rails(
+                    [
+                        (
+                            (action.instance_type, action.market),
+                            action.count,
+                            self._price(action.instance_type, action.market),
+                        )
+                    ],
+                    self._spend(spec.name, fleet),
+                    self._limits(),
                 )
+                if hits:
+                    await self._record_decisions(self._rail_decisions(spec.name, now, hits))
+                if not allowed:
+                    continue
+                count = allowed[0][1]
+                seen = _count(fleet, spec.name, action.instance_type, market, InstanceRole.BACKUP)
                 got = await self.fleet.launch(
                     LaunchRequest(
                         spec.name,
                         action.instance_type,
                         market,
-                        action.count,
+                        count,
                         InstanceRole.BACKUP,
                         launch_token(
                             spec.name,
@@ -257,10 +310,14 @@ class Controller:
                     why,
                     action.instance_type,
                     action.market,
-                    action.count,
+                    count,
                 )
             )
         return launched
+
+    async def _record_decisions(self, decisions: Sequence[Decision]) -> None:
+        for d in decisions:
+            await self.store.record_decision(d)
 
     async def adopt(self, now: float) -> list[InstanceInfo]:
         """Take over, after a (re)start, whatever the cloud's tags say this cluster owns.
@@ -306,8 +363,11 @@ class Controller:
         return math.floor(now / self.settings.timings.update_period_s)
 
     async def step(self, now: float) -> list[StepResult]:
-        everything = await self.fleet.list()
-        return [await self._step_model(m, now, everything) for m in self.settings.models]
+        out = []
+        for m in self.settings.models:
+            # Listed again per model: the cluster's spend rail sees what earlier models bought.
+            out.append(await self._step_model(m, now, await self.fleet.list()))
+        return out
 
     def _plan(
         self,
@@ -316,11 +376,13 @@ class Controller:
         fleet: Sequence[InstanceInfo],
         forecast: Sequence[float],
         by_key: Mapping[tuple[str, str], PlannerOption],
-    ) -> tuple[Plan, GuardDecision, GuardState, list[InstanceInfo]]:
-        """Plan over the offerings not being avoided, then the guards; nothing is done yet.
+    ) -> tuple[Plan, GuardDecision, GuardState, list[InstanceInfo], list[RailHit]]:
+        """Plan over the offerings not being avoided, then the guards and the spend rails;
+        nothing is done yet.
 
         Returns the plan, the guarded decision, the guard state to keep if it is
-        carried out, and this model's serving instances the plan counted.
+        carried out, this model's serving instances the plan counted, and what
+        the spend rails held back.
         """
         t = self.settings.timings
         step_s = t.update_period_s
@@ -366,7 +428,13 @@ class Controller:
             guard_cfg,
             hold=slo_at_risk(self._slo.get(spec.name, SloMonitorState()), now),
         )
-        return plan, decision, state, mine
+        allowed, hits, _ = within_rails(
+            [(key, n, by_key[key].price_per_hour) for key, n in decision.launch],
+            self._spend(spec.name, fleet, gone=decision.retire),
+            self._limits(),
+        )
+        decision = replace(decision, launch=tuple(allowed))
+        return plan, decision, state, mine, hits
 
     async def _launch(
         self,
@@ -417,22 +485,31 @@ class Controller:
         # Stopped standbys are not live, but they are the pool: count them there.
         fleet = [i for i in everything if i.state in LIVE]
         t = self.settings.timings
-        forecast = await self._forecast(spec.name, now, t.window_steps)
+        raw, peak = await self._forecast_and_peak(spec.name, now, t.window_steps)
+        bounds = ForecastBounds(self.settings.predictor.max_forecast_multiple, spec.max_rate_rps)
+        forecast, clip = clip_forecast(raw, peak, bounds)
         by_key = {o.key: o for o in self.options.get(spec.name, ())}
         launched: list[InstanceInfo] = []
         decisions: list[Decision] = []
+        if clip is not None:
+            log.warning("%s: %s", spec.name, clip.why)
+            self.forecast_clips[spec.name] = self.forecast_clips.get(spec.name, 0) + 1
+            decisions.append(Decision(spec.name, now, "forecast-clipped", clip.why))
         exhausted = False
         # An offering out of capacity is avoided for a while and the step plans again
         # without it (what it launched before counts as running), a bounded number of times.
         for attempt in range(self.max_fallbacks + 1):
             try:
-                plan, decision, guard_state, mine = self._plan(spec, now, fleet, forecast, by_key)
+                plan, decision, guard_state, mine, hits = self._plan(
+                    spec, now, fleet, forecast, by_key
+                )
             except NoFeasibleOption as exc:
                 if attempt == 0:
                     return StepResult(spec.name, forecast, None, [], [], [], 0.0, error=str(exc))
                 exhausted = True
                 decisions.append(Decision(spec.name, now, "fallback-exhausted", str(exc)))
                 break
+            decisions += self._rail_decisions(spec.name, now, hits)
             out_of_capacity = await self._launch(spec, now, plan, decision, fleet, decisions)
             launched += out_of_capacity.launched
             if out_of_capacity.key is None:
@@ -519,19 +596,35 @@ class Controller:
         ]
         response = on_interruption_notice(key, lost, stopped, self._memory, now)
         self._memory = response.memory
+        start = list(response.start)
+        if start:
+            standby_type = next(i.instance_type for i in fleet if i.instance_id == start[0])
+            allowed, hits, _ = within_rails(
+                [
+                    (
+                        (standby_type, Market.ON_DEMAND.value),
+                        len(start),
+                        self._price(standby_type, Market.ON_DEMAND.value),
+                    )
+                ],
+                self._spend(inst.model, fleet),
+                self._limits(),
+            )
+            start = start[: allowed[0][1]] if allowed else []
+            await self._record_decisions(self._rail_decisions(inst.model, now, hits))
         # Standbys carry the lost capacity until the instance is gone and replacements,
         # launched now, have booted; only then may the load decide to stop them.
         self._hold_standbys[inst.model] = max(
             self._hold_standbys.get(inst.model, 0.0), reclaim_at + self.boot_s
         )
-        if response.start:
-            await self.fleet.start(list(response.start))
+        if start:
+            await self.fleet.start(start)
             by_id = {i.instance_id: i for i in fleet}
-            for iid in response.start:
+            for iid in start:
                 await self._set_state(by_id[iid], InstanceState.PENDING, now, "standby started")
         why = (
             f"spot interruption of {inst.instance_id} ({inst.instance_type}) at t={reclaim_at:g}: "
-            f"{lost:.1f} r/s lost, {len(response.start)} standby(s) started, "
+            f"{lost:.1f} r/s lost, {len(start)} standby(s) started, "
             f"{response.uncovered_rps:.1f} r/s left to Lambda until replacements serve"
         )
         await self.store.record_decision(
@@ -541,12 +634,12 @@ class Controller:
                 "start-standby",
                 why,
                 instance_id=inst.instance_id,
-                count=len(response.start),
+                count=len(start),
             )
         )
         await self._bill_retired(inst.model, [inst.instance_id], [inst], reclaim_at)
         await self.step(now)  # replacements now, avoiding the interrupted offering
-        return list(response.start)
+        return start
 
     async def _standbys(
         self,
@@ -580,13 +673,32 @@ class Controller:
             SpotHolding(k, n, by_key[k].capacity_rps) for k, n in holdings.items() if k in by_key
         ]
         want = standby_pool_size(spot, cap, self.standby_loss_fraction) if spot else 0
+        known = {i.instance_id for i in fleet}
+        pool_launch = 0
         if len(standbys) < want:
+            # A new standby runs until it has booted and is stopped: it is spend meanwhile.
+            allowed, hits, _ = within_rails(
+                [
+                    (
+                        (types[0], Market.ON_DEMAND.value),
+                        want - len(standbys),
+                        self._price(types[0], Market.ON_DEMAND.value),
+                    )
+                ],
+                self._spend(
+                    spec.name, [*fleet, *(i for i in serving if i.instance_id not in known)]
+                ),
+                self._limits(),
+            )
+            out += self._rail_decisions(spec.name, now, hits)
+            pool_launch = allowed[0][1] if allowed else 0
+        if pool_launch > 0:
             got = await self.fleet.launch(
                 LaunchRequest(
                     spec.name,
                     types[0],
                     Market.ON_DEMAND,
-                    want - len(standbys),
+                    pool_launch,
                     InstanceRole.STANDBY,
                     launch_token(
                         spec.name,
@@ -695,26 +807,41 @@ class Controller:
         return start, max_rate_per_minute(list(cache.values()), start, minutes)
 
     async def _forecast(self, model: str, now: float, steps: int) -> list[float]:
-        """The forecast max rate for each of the next ``steps`` control steps (P_u each).
+        """The forecast max rate for each of the next ``steps`` control steps, unclipped."""
+        return (await self._forecast_and_peak(model, now, steps))[0]
+
+    async def _forecast_and_peak(
+        self, model: str, now: float, steps: int
+    ) -> tuple[list[float], float]:
+        """The forecast max rate for each of the next ``steps`` control steps (P_u each),
+        and the highest rate observed in the history it was made from.
 
         Forecasters speak per minute; with P_u < 60 s each minute's value
         covers the steps inside it, so the planner's τ and cool-down arithmetic,
         which count in steps, read the forecast on the right time axis.
         """
         step_s = self.settings.timings.update_period_s
-        per_minute = await self._forecast_minutes(model, now, math.ceil(steps * step_s / 60.0))
-        return [per_minute[min(int(k * step_s // 60.0), len(per_minute) - 1)] for k in range(steps)]
-
-    async def _forecast_minutes(self, model: str, now: float, minutes: int) -> list[float]:
+        minutes = math.ceil(steps * step_s / 60.0)
         start, values = await self._history(model, now)
-        online = self.predictors.get(model)
-        if online is None or not any(values):
-            return [max(0.0, float(x)) for x in self.forecast(values[-60:], minutes)]
         history = History(
             np.asarray(values, dtype=np.float64), np.datetime64(int(start // 60), "m")
         )
-        online.maybe_refit(history, int(now // 60))
-        return [float(x) for x in online.forecast(history, minutes)]
+        observed = history.observed
+        peak = float(observed.max()) if observed.size else 0.0
+        if peak <= 0.0:  # nothing seen yet, or only idle minutes: no load to plan for
+            return [0.0] * steps, peak
+        online = self.predictors.get(model)
+        if online is None:
+            if not self.forecast.fitted:
+                self.forecast.fit(history)
+            per_minute = [float(x) for x in self.forecast.forecast(history, minutes)]
+        else:
+            online.maybe_refit(history, int(now // 60))
+            per_minute = [float(x) for x in online.forecast(history, minutes)]
+        per_step = [
+            per_minute[min(int(k * step_s // 60.0), len(per_minute) - 1)] for k in range(steps)
+        ]
+        return per_step, peak
 
     async def _bill_retired(
         self,

@@ -29,7 +29,8 @@ from aiohttp import web
 
 from bouncer.latency import BatchLatency
 from bouncer.runner import ModelRunner
-from mark.api.app import Served, build_app
+from mark.api.app import STATE, Served, build_app
+from mark.billing import provisioned_hourly
 from mark.catalog import Market, load_catalog
 from mark.clock import WallClock
 from mark.cloud.aws.world import AwsWorld
@@ -93,6 +94,7 @@ def serving(
             m.slo.rt_max_ms,
             settings.timings.sample_window_s,
             recent_size=settings.slo_monitor.last_m,
+            started_at=clock(),
         )
         disp = Dispatcher(
             m.name, m.slo.rt_max_ms / 1000.0, m.input.dtype, clock, session, serverless, tel
@@ -299,7 +301,17 @@ async def start(settings: Settings) -> Running:
             predictors={m.name: online_predictor(settings) for m in settings.models},
             catalog=catalog,
             standby_capacity=standby_capacity,
+            fixed_hourly=(
+                provisioned_hourly(
+                    catalog.lambda_prices,
+                    settings.aws.spill_provisioned_concurrency,
+                    settings.aws.spill_memory_mb,
+                )
+                if aws
+                else 0.0
+            ),
         )
+        runner.app[STATE].more_metrics = run.controller.prometheus
         # A restarted daemon plans with the fleet it left behind, never buying it twice.
         adopted = await run.controller.adopt(clock.now())
         if adopted:

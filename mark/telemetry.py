@@ -1,8 +1,10 @@
 """Telemetry of one model: arrivals per sample window, latency and SLO outcome per minute.
 
 In memory and cheap on the request path (a few integer adds); the daemon
-drains closed windows into the store. ``recent`` keeps the last M outcomes for
-the SLO monitor, and the counters feed ``/metrics``.
+drains closed windows into the store, the empty ones too: a window with no
+arrivals is a zero the forecaster must see, while a window the store does not
+have (the daemon was not running) is missing data, not zero load. ``recent``
+keeps the last M outcomes for the SLO monitor, and the counters feed ``/metrics``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import numpy as np
 from mark.state.records import ArrivalWindow, LatencyRollup
 
 OUTCOMES = ("served", "spilled", "error")
+MAX_EMPTY_BACKFILL_S = 3600.0
+"""Empty windows are handed over for at most this long before a drain: a drain that
+comes after a longer stall (a suspended machine) leaves the older ones missing."""
 
 
 @dataclass
@@ -33,15 +38,20 @@ class Telemetry:
     rt_max_ms: float
     sample_window_s: float = 5.0
     recent_size: int = 100
+    started_at: float | None = None
+    """From when windows count (empty ones included); None: from the first arrival or drain."""
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     latency_sum_s: float = 0.0
     _arrivals: dict[float, int] = field(default_factory=dict)
     _minutes: dict[float, _Minute] = field(default_factory=dict)
     recent: deque[bool] = field(default_factory=deque)
     _fresh: list[float] = field(default_factory=list)
+    _next: float | None = None  # the first window not yet drained
 
     def __post_init__(self) -> None:
         self.recent = deque(maxlen=self.recent_size)
+        if self.started_at is not None:
+            self._next = self._window(self.started_at)
 
     def _window(self, t: float) -> float:
         return math.floor(t / self.sample_window_s) * self.sample_window_s
@@ -49,6 +59,8 @@ class Telemetry:
     def arrival(self, now: float, n: int = 1) -> None:
         w = self._window(now)
         self._arrivals[w] = self._arrivals.get(w, 0) + n
+        if self._next is None:
+            self._next = w
 
     def outcome(self, now: float, latency_s: float, *, ok: bool, spilled: bool) -> None:
         """One request finished (or failed) ``latency_s`` after it arrived."""
@@ -74,15 +86,23 @@ class Telemetry:
     def drain(
         self, now: float, *, everything: bool = False
     ) -> tuple[list[ArrivalWindow], list[LatencyRollup]]:
-        """Hand over windows and minutes that are closed at ``now`` (all of them on shutdown)."""
+        """Hand over windows and minutes that are closed at ``now`` (all of them on shutdown).
+
+        Every closed window since the first one is handed over once, with a
+        count of 0 when nothing arrived in it.
+        """
         open_window = self._window(now)
+        if self._next is None:
+            self._next = open_window
+        first_empty = max(self._next, open_window - MAX_EMPTY_BACKFILL_S)
+        counts = dict.fromkeys(self._windows_between(first_empty, open_window), 0)
+        counts.update((w, c) for w, c in self._arrivals.items() if everything or w < open_window)
         windows = [
-            ArrivalWindow(self.model, w, self.sample_window_s, c)
-            for w, c in sorted(self._arrivals.items())
-            if everything or w < open_window
+            ArrivalWindow(self.model, w, self.sample_window_s, c) for w, c in sorted(counts.items())
         ]
         for w in windows:
-            del self._arrivals[w.window_start]
+            self._arrivals.pop(w.window_start, None)
+        self._next = max(self._next, open_window)
         open_minute = math.floor(now / 60.0) * 60.0
         rollups = []
         for start in sorted(self._minutes):
@@ -105,6 +125,12 @@ class Telemetry:
                 )
             )
         return windows, rollups
+
+    def _windows_between(self, first: float, end: float) -> list[float]:
+        """Starts of the windows in [first, end), on the window grid."""
+        n = max(0, round((end - first) / self.sample_window_s))
+        # Snapped to the grid the same way arrivals are, so the keys match exactly.
+        return [self._window(first + (k + 0.5) * self.sample_window_s) for k in range(n)]
 
     def prometheus(self) -> str:
         """Counters in Prometheus text format (the /metrics endpoint joins all models)."""

@@ -23,7 +23,7 @@ COLD_START_WINDOW = 60
 
 @dataclass(frozen=True)
 class RefitPolicy:
-    """Refit every `every_minutes` (nightly by default), once `min_history` minutes exist.
+    """Refit every `every_minutes` (nightly by default), once `min_history` observed minutes exist.
 
     `at_minute_of_day` pins refits to a quiet hour (UTC); None means "whenever due".
     """
@@ -80,7 +80,10 @@ class OnlinePredictor:
         self, history: History, now: int, executor: Executor | None = None
     ) -> asyncio.Task[None] | None:
         """Start a refit in `executor` if one is due and none is running; never blocks."""
-        if self.refitting or not self.policy.due(self.last_fit, now, len(history)):
+        # Observed minutes, not the grid's length: a history padded with minutes nobody
+        # saw (before the daemon first ran) is not a day of data to learn from.
+        observed = int(history.observed.size)
+        if self.refitting or not self.policy.due(self.last_fit, now, observed):
             return None
         self._task = asyncio.get_running_loop().create_task(self._refit(history, now, executor))
         return self._task

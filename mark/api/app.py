@@ -48,6 +48,8 @@ class ApiState:
     settings: Settings
     models: dict[str, Served]
     is_ready: Callable[[], bool]
+    more_metrics: Callable[[], str] | None = None
+    """The control loop's counters, once it runs (spend-rail hits, forecast clips)."""
 
 
 STATE: web.AppKey[ApiState] = web.AppKey("mark_api", ApiState)
@@ -174,9 +176,10 @@ async def infer_v2(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    text = "".join(
-        s.telemetry.prometheus() for s in request.app[STATE].models.values() if s.telemetry
-    )
+    state = request.app[STATE]
+    text = "".join(s.telemetry.prometheus() for s in state.models.values() if s.telemetry)
+    if state.more_metrics is not None:
+        text += state.more_metrics()
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 

@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from bouncer.latency import BatchLatency
 from mark.billing import ec2_charge
 from mark.catalog import Catalog, Market, load_catalog
-from mark.config import OfferingsSpec, Settings, SloMonitorSpec
+from mark.config import BudgetSpec, OfferingsSpec, Settings, SloMonitorSpec
 from mark.controller import PROFILE_BATCHES, Controller, build_options
 from mark.errors import ConfigError
 from mark.ports import (
@@ -49,6 +49,7 @@ from mark.sim.serverless import SimLambda
 from mark.sim.workloads import Workload
 from mark.state.records import ArrivalWindow
 from predictor.base import Forecaster
+from predictor.baselines import LastValue
 from predictor.online import OnlinePredictor, RefitPolicy
 from provisioner.batching import tune_batching
 from provisioner.greedy import PlannerOption
@@ -89,15 +90,6 @@ class _Clock:
 
     def now(self) -> float:
         return self.t
-
-
-def _flat_last() -> Callable[[Sequence[float], int], list[float]]:
-    """No prediction: the load of the last whole minute, flat."""
-
-    def forecast(history: Sequence[float], steps: int) -> list[float]:
-        return [float(history[-1]) if len(history) else 0.0] * steps
-
-    return forecast
 
 
 def latency_curves(model: SimModel, batching: bool) -> dict[str, BatchLatency]:
@@ -409,6 +401,8 @@ class Simulation:
                 max_instances=self.cfg.max_instances,
             ),
             slo_monitor=SloMonitorSpec(instance_type=monitor_type(self.options)),
+            # The paper's experiments measure the policy, not a user's budget: no spend rails.
+            budget=BudgetSpec(max_hourly_per_model=None, max_hourly_cluster=None),
         )
 
     def _standby_capacity(self) -> float:
@@ -430,9 +424,9 @@ class Simulation:
         store = self.store
         await store.add_arrivals(self._history_windows(self.cfg.history_minutes))
         predictors: dict[str, OnlinePredictor] = {}
-        forecast_fn = None
+        forecast_fn: Forecaster | None = None
         if not self.policy.prediction:
-            forecast_fn = _flat_last()
+            forecast_fn = LastValue()
         elif self.forecaster is not None:
             online = OnlinePredictor(
                 lambda: self.forecaster,  # type: ignore[return-value,arg-type]

@@ -17,10 +17,26 @@ def test_arrivals_per_window_and_minute_rollups_close_on_time() -> None:
     assert [(w.window_start, w.count) for w in windows] == [(0.0, 3)]  # 5..10 still open
     assert rollups == []  # minute 0 still open
     windows, rollups = t.drain(now=61.0)
-    assert [(w.window_start, w.count) for w in windows] == [(5.0, 4)]
+    # Every closed window is handed over, the empty ones as zeros (zero load, not missing).
+    assert [(w.window_start, w.count) for w in windows] == [(5.0, 4)] + [
+        (5.0 * k, 0) for k in range(2, 12)
+    ]
     (r,) = rollups
     assert (r.requests, r.slo_hits, r.slo_misses, r.spilled, r.errors) == (3, 1, 2, 1, 1)
     assert r.p50_ms == 50.0
     assert list(t.recent) == [True, False, False]
     assert 'mark_requests_total{model="m",outcome="spilled"} 1' in t.prometheus()
-    assert t.drain(now=1e9) == ([], [])
+    assert t.drain(now=60.0) == ([], [])  # nothing closed since
+    windows, rollups = t.drain(now=1e9)  # after a long stall: at most an hour of zeros
+    assert rollups == []
+    assert len(windows) == 720 and {w.count for w in windows} == {0}
+    assert windows[-1].window_start == 1e9 - 5.0
+
+
+def test_a_quiet_daemon_records_zero_windows_from_its_start() -> None:
+    t = Telemetry("m", rt_max_ms=100, sample_window_s=5, started_at=12.0)
+    windows, _ = t.drain(now=27.0)
+    assert [(w.window_start, w.count) for w in windows] == [(10.0, 0), (15.0, 0), (20.0, 0)]
+    t.arrival(27.5, 3)
+    windows, _ = t.drain(now=31.0)
+    assert [(w.window_start, w.count) for w in windows] == [(25.0, 3)]

@@ -85,3 +85,19 @@ def test_the_cold_start_comes_down_an_hour_after_a_peak() -> None:
     assert online.forecast(History(peak, start), 3) == pytest.approx([60.0] * 3)
     later = np.r_[peak, np.full(45, 5.0)]  # the peak is now over an hour old
     assert online.forecast(History(later, start), 3) == pytest.approx([6.0] * 3)
+
+
+async def test_a_history_padded_with_unseen_minutes_is_not_a_day_to_fit_on() -> None:
+    """1,500 minutes of grid, 3 of them observed: no refit (the runaway's cause)."""
+    values = np.full(1500, np.nan)
+    values[-3:] = 25.0
+    online = OnlinePredictor(LastValue, RefitPolicy(min_history=DAY, at_minute_of_day=None))
+    assert online.maybe_refit(History(values, np.datetime64(0, "m")), 1500) is None
+    assert online.model is None
+    # the cold-start rule serves meanwhile: 1.2 x the last hour's peak
+    assert online.forecast(History(values, np.datetime64(0, "m")), 2).tolist() == [30.0, 30.0]
+    values[:] = 25.0  # a whole observed day: the first fit starts
+    task = online.maybe_refit(History(values, np.datetime64(0, "m")), 1500)
+    assert task is not None
+    await task
+    assert online.model is not None
