@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from pathlib import Path
 from typing import cast
@@ -37,7 +36,7 @@ def build(
 FORECASTERS = ("lstm", "last", "config")
 C5_LARGE_T1_MS = 22.0
 """The demo's c5.large: one request of digits x40 in 22 ms, which the planner rates
-at ~25 r/s within RT_max 100 ms, so a 60 r/s peak takes a few (mark.ramp_demo)."""
+at ~25 r/s within RT_max 100 ms, so a 60 r/s peak takes a few (mark.demo.ramp)."""
 
 
 @app.command("ramp")
@@ -106,22 +105,20 @@ def ramp(
     with the defaults.
     """
     from mark.cli.context import fail, run_async, state
-    from mark.config import load_settings, parse_overrides
-    from mark.loadgen import Api, LoadgenError, RateProfile, rich_progress
-    from mark.ramp_demo import (
+    from mark.config import parse_overrides
+    from mark.demo.loadgen import Api, LoadgenError, RateProfile, rich_progress
+    from mark.demo.ramp import (
         DEFAULT_PROFILE,
         ForecasterChoice,
-        calibrated_slowdown,
+        RampSettings,
         cancelled_on_sigterm,
-        deep_merge,
-        demo_overrides,
         forecaster_overrides,
-        format_report,
-        heavy_model_overrides,
-        plot,
+        fresh_store,
         prepare_forecaster,
         run_ramp,
+        use_demo_model,
     )
+    from mark.demo.ramp_report import format_report, plot
 
     if forecaster not in FORECASTERS:
         fail(f"--forecaster {forecaster!r} is not known; allowed: {', '.join(FORECASTERS)}")
@@ -132,36 +129,30 @@ def ramp(
     except LoadgenError as exc:
         fail(str(exc))
     cli = state(ctx)
-    out.mkdir(parents=True, exist_ok=True)
-    db = out / "ramp.db"
-    db.unlink(missing_ok=True)  # each run its own store: the timeline is this run's only
-    demo = demo_overrides(
+    db = fresh_store(out)
+    layers = RampSettings.for_run(
+        cli.config_file,
+        parse_overrides(cli.overrides),
+        database=db,
         update_period_s=update_period,
         cooldown_s=cooldown,
         boot_delay_s=boot_delay,
-        slowdown=slowdown or 1.0,
+        slowdown=slowdown,
+        plain_model=plain_model,
     )
-    demo["database_url"] = f"sqlite:///{db.resolve()}"
-    if not plain_model:
-        demo = deep_merge(demo, heavy_model_overrides())
-    user = parse_overrides(cli.overrides)
-    settings = load_settings(cli.config_file, deep_merge(demo, user))
+    settings = layers.load()
     if settings.world != "local":
         fail(f"the ramp demo runs in the local world, not {settings.world!r}")
     with console.status(f"preparing the forecaster ({forecaster})..."):
-        from mark.demo import ensure_demo_model
-
-        ensure_demo_model(settings.data_dir)
-        os.environ["MARK_DATA_DIR"] = str(settings.data_dir)  # agents find the digits model
+        use_demo_model(settings)
         if slowdown is None:
-            slowdown, measured = calibrated_slowdown(settings, c5_large_t1_ms / 1000.0)
+            slowdown, measured = layers.calibrate(settings, c5_large_t1_ms / 1000.0)
             console.print(
                 f"digits on this machine: T_1 {measured * 1000:.2f} ms; c5.large emulated at "
                 f"{c5_large_t1_ms:g} ms, {slowdown:.1f}x slower",
                 highlight=False,
             )
-            demo = deep_merge(demo, {"local": {"slowdown": {"c5.large": slowdown}}})
-            settings = load_settings(cli.config_file, deep_merge(demo, user))
+            settings = layers.load()
         model_file = prepare_forecaster(
             cast("ForecasterChoice", forecaster),
             shape,
@@ -170,9 +161,8 @@ def ramp(
             seed,
         )
     if model_file is not None:
-        settings = load_settings(
-            cli.config_file, deep_merge(deep_merge(demo, forecaster_overrides(model_file)), user)
-        )
+        layers.add(forecaster_overrides(model_file))
+        settings = layers.load()
     t = settings.timings
     console.print(
         f"profile {shape} ({shape.duration:.0f} s, ~{shape.expected_requests():.0f} requests); "
@@ -230,7 +220,7 @@ def load(
     so an overloaded server shows as latency and errors, not as a slower client.
     """
     from mark.cli.context import fail, run_async
-    from mark.loadgen import Api, LoadgenError, RateProfile, rich_progress, run_load
+    from mark.demo.loadgen import Api, LoadgenError, RateProfile, rich_progress, run_load
 
     if api not in ("v1", "v2"):
         fail(f"--api {api!r} is not known; allowed: v1, v2")

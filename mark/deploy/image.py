@@ -5,10 +5,11 @@ three times what Lambda allows a zip and its layers (250 MB); an image may be
 10 GB. The context holds a Dockerfile on AWS's Python 3.11 Lambda base image,
 mark's wheel, ``constraints.txt`` and a ``requirements.txt`` naming, at the
 pins of ``constraints.txt``, exactly the third-party packages the handler
-imports plus those of the default model's module (``mark.demo``, so the
-stack's defaults work). mark itself goes in without its dependencies: the
-handler needs none of the daemon's (moto, statsmodels & co.), which would only
-make every cold start slower.
+imports plus those of the default model's module (``mark.demo.model``, behind
+the default source ``mark.demo:digits_model``, so the stack's defaults work).
+mark itself goes in without its dependencies: the handler needs none of the
+daemon's (moto, statsmodels & co.), which would only make every cold start
+slower.
 
 The context is reproducible (the wheel is built with ``SOURCE_DATE_EPOCH``), so
 its content hash is the image tag: an unchanged tree gives the same tag, a
@@ -40,7 +41,7 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 IMAGE_DIR = "spill-image"
 REPOSITORY = "mark-spill"
 #: Modules whose imports the image serves besides the handler's: the default ModelSource's.
-MODEL_MODULES = ("mark.demo",)
+MODEL_MODULES = ("mark.demo.model",)
 _BUILD = "/tmp/mark-build"  # where the Dockerfile copies the context before installing it
 _EPOCH = "315532800"  # 1980-01-01, the earliest time a wheel (zip) entry can carry
 

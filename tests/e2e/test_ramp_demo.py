@@ -20,18 +20,17 @@ import pytest
 from mark.cli.demo_cmd import C5_LARGE_T1_MS
 from mark.config import load_settings
 from mark.demo import ensure_demo_model
-from mark.loadgen import RateProfile
-from mark.ramp_demo import (
+from mark.demo.loadgen import RateProfile
+from mark.demo.ramp import (
     calibrated_slowdown,
     deep_merge,
     demo_overrides,
     forecaster_overrides,
     heavy_model_overrides,
-    launch_checks,
     prepare_forecaster,
-    retire_checks,
     run_ramp,
 )
+from mark.demo.ramp_report import launch_checks, retire_checks
 from tests.e2e.test_local_world import _live_children
 
 # Up over 20 s, 15 s at 45 r/s, down by 40 s, then base (the peak placed across a minute
@@ -93,8 +92,9 @@ async def test_fleet_grows_with_the_ramp_and_retires_after_the_cooldown(
 
 def test_checks_judge_launches_and_retirements_against_the_load() -> None:
     """The verdicts on a made-up run: fast, no daemon (the slow test runs the real one)."""
-    from mark.loadgen import LoadResult, ModelInput
-    from mark.ramp_demo import FleetSample, RampRun, format_report, timeline
+    from mark.demo.loadgen import LoadResult, ModelInput
+    from mark.demo.ramp import FleetSample, RampRun
+    from mark.demo.ramp_report import format_report, timeline
     from mark.state.records import ArrivalWindow, InstanceRecord, PlanRecord
 
     t0 = 1000.0
@@ -151,8 +151,8 @@ def test_checks_judge_launches_and_retirements_against_the_load() -> None:
 def test_a_launch_of_several_is_judged_by_the_load_that_needs_all_of_them() -> None:
     """Two instances launched from an empty fleet while Lambda serves a base load of
     5 r/s: the second is needed only above 20 r/s, which comes 100 s later."""
-    from mark.loadgen import LoadResult, ModelInput
-    from mark.ramp_demo import FleetSample, RampRun
+    from mark.demo.loadgen import LoadResult, ModelInput
+    from mark.demo.ramp import FleetSample, RampRun
     from mark.state.records import ArrivalWindow, InstanceRecord
 
     t0 = 1000.0

@@ -77,7 +77,7 @@ def test_requirements_pin_exactly_what_the_handler_and_demo_import(
     assert tuple(lines) == image.requirements
     assert all(pins[img.canonical(line.split("==")[0])] == line for line in lines)
     _, handler_imports = pkg.import_closure(["lambda_handlers"])
-    _, demo_imports = pkg.import_closure(["mark.demo"])
+    _, demo_imports = pkg.import_closure(["mark.demo.model"])
     assert handler_imports == {"torch", "boto3", "botocore"}
     assert demo_imports == {"torch", "numpy", "sklearn"}
     named = {img.canonical(line.split("==")[0]) for line in lines}

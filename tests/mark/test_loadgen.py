@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from mark.loadgen import (
+from mark.demo.loadgen import (
     LoadgenError,
     ModelInput,
-    Outcome,
     RateProfile,
+    RequestResult,
     arrival_times,
     run_load,
     summarize,
@@ -106,9 +106,9 @@ def test_model_input_from_v2_metadata_and_bodies() -> None:
 
 def test_summary_counts_errors_and_rt_max() -> None:
     outs = [
-        Outcome(0, 0, 0.05, 200),
-        Outcome(1, 1, 0.2, 200),
-        Outcome(2, 2.1, 0.01, 503, None, "x"),
+        RequestResult(0, 0, 0.05, 200),
+        RequestResult(1, 1, 0.2, 200),
+        RequestResult(2, 2.1, 0.01, 503, None, "x"),
     ]
     s = summarize(outs, rt_max_ms=100)
     assert (s.sent, s.ok, s.errors) == (3, 2, 1)

@@ -301,7 +301,7 @@ async def spilled_count(session: aiohttp.ClientSession, base_url: str, model: st
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class RequestResult:
     """One request: due at ``due_s`` into the run, sent at ``sent_s``; status 0 = no answer."""
 
     due_s: float
@@ -355,7 +355,7 @@ class Summary:
 
 
 def summarize(
-    outcomes: Sequence[Outcome], rt_max_ms: float | None, spilled: int | None = None
+    outcomes: Sequence[RequestResult], rt_max_ms: float | None, spilled: int | None = None
 ) -> Summary:
     """Percentiles over answered requests; ``spilled`` from the daemon when responses are silent."""
     ok = [o for o in outcomes if o.ok]
@@ -395,7 +395,7 @@ class LoadResult:
     model: ModelInput
     api: Api
     started_at: float  # wall-clock epoch seconds of offset 0
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[RequestResult] = field(default_factory=list)
     summary: Summary | None = None
 
 
@@ -463,7 +463,7 @@ async def run_load(
             except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
             latency = loop.time() - t0 - sent
-            o = Outcome(due_s, sent, latency, status, served, error)
+            o = RequestResult(due_s, sent, latency, status, served, error)
             result.outcomes.append(o)
             counts["ok" if o.ok else "err"] += 1
 
