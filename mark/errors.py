@@ -7,6 +7,8 @@ English at the call site, as Karpenter's do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class MarkError(Exception):
     """Base of every error mark raises on purpose; the CLI prints these in one line."""
@@ -42,6 +44,58 @@ class Throttled(CloudError):
 
 class NotOwned(CloudError):
     """The instance exists but does not carry mark's ownership tags; never touch it."""
+
+
+# ---- the spill function (Lambda): one family for the local runtime and AWS ----------------
+
+
+class SpillError(CloudError):
+    """The spill function did not return outputs; the message says why."""
+
+
+class SpillRejected(SpillError):
+    """The handler answered ``{"error": ...}``: the batch or model is wrong, not the system."""
+
+
+class SpillFunctionError(SpillError):
+    """The handler raised: Lambda's function error, with its type and (locally) its stack.
+
+    ``kind`` is Lambda's ``X-Amz-Function-Error`` (e.g. ``"Unhandled"``) when the
+    adapter read one off the wire; it then leads the message, as AWS reports it.
+    On AWS this also covers a timeout or a dead runtime (``Sandbox.Timedout``,
+    ``Runtime.ExitError``); the local runtime tells those apart as ``SpillTimeout``
+    and ``RuntimeExited``.
+    """
+
+    def __init__(
+        self,
+        error_type: str,
+        message: str,
+        stack: Sequence[str] = (),
+        *,
+        kind: str | None = None,
+    ) -> None:
+        super().__init__(f"{kind}: {error_type}: {message}" if kind else f"{error_type}: {message}")
+        self.kind = kind
+        self.error_type = error_type
+        self.stack = list(stack)
+
+
+class RuntimeExited(SpillError):
+    """The runtime process died (or failed its init) while holding the invocation."""
+
+
+class SpillTimeout(SpillError):
+    """The invocation ran past the function timeout; its runtime was killed, as on AWS."""
+
+
+class SpillThrottled(SpillError, Throttled):
+    """Lambda's concurrency limit: every runtime busy for longer than the queue allows
+    (locally), or ``TooManyRequestsException`` after the adapter's retries (AWS)."""
+
+
+class PayloadTooLarge(SpillError):
+    """An event or reply over Lambda's 6 MB synchronous payload limit."""
 
 
 def is_insufficient_capacity(err: BaseException) -> bool:

@@ -35,7 +35,7 @@ from bouncer.runner import ModelRunner
 from mark.catalog import Market, load_catalog
 from mark.cloud.aws.interruptions import EVENT_PATTERN, INTERRUPTION_WARNING
 from mark.cloud.local.agents import AgentModel
-from mark.cloud.local.lambda_runtime import LocalLambda
+from mark.cloud.local.lambda_ import LocalLambda
 from mark.cloud.standins.ec2_host import Ec2Host
 from mark.cloud.standins.lambda_api import LambdaApi
 from mark.cloud.standins.pricing_api import PricingApi

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from mark.catalog import load_catalog
-from mark.cloud.local import FunctionError, LocalLambda, SpillRejected
+from mark.cloud.local import LocalLambda
+from mark.errors import SpillFunctionError, SpillRejected
 from mark.ports import Serverless, SpillResult
 
 pytestmark = pytest.mark.filterwarnings(
@@ -127,7 +128,7 @@ async def test_handler_errors_come_back_as_explicit_errors(
     }
     async with LocalLambda(models, cwd=project_root, memory_mb=1024, max_concurrency=1) as lam:
         t0 = time.perf_counter()
-        with pytest.raises(FunctionError) as err:
+        with pytest.raises(SpillFunctionError) as err:
             await lam.invoke("boom", [[1.0], [2.0]])
         assert err.value.error_type == "FixtureFault"
         assert "exploded on a batch of 2" in str(err.value)

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from mark.cloud.local import (
-    FunctionError,
-    LocalLambda,
+from mark.cloud.local import LocalLambda
+from mark.errors import (
     PayloadTooLarge,
     RuntimeExited,
+    SpillFunctionError,
     SpillThrottled,
     SpillTimeout,
+    is_throttled,
 )
-from mark.errors import is_throttled
 
 HANDLER = "tests.lambda_rt.fixtures_handlers.platform"
 
@@ -57,7 +57,7 @@ async def test_a_runtime_that_dies_fails_its_invocation_and_is_replaced(
 
 async def test_a_handler_exception_is_a_function_error(project_root: Path) -> None:
     async with _platform(project_root) as lam:
-        with pytest.raises(FunctionError, match="KeyError") as err:
+        with pytest.raises(SpillFunctionError, match="KeyError") as err:
             await lam.invoke("raise", [])
         assert err.value.error_type == "KeyError"
         assert (await lam.invoke("echo", [3])).outputs == [3]

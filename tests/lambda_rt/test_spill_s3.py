@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from lambda_handlers import spill
-from mark.cloud.local import LocalLambda, SpillRejected
+from mark.cloud.local import LocalLambda
 from mark.demo import DigitsCNN, save_torchscript
+from mark.errors import SpillRejected
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:`torch.jit.script` is deprecated:DeprecationWarning"

@@ -3,11 +3,13 @@
 One batch is one ``RequestResponse`` invocation whose event is what
 ``lambda_handlers.spill`` reads (``{"model", "instances", "source"?}``); a batch
 whose event would exceed Lambda's 6 MB synchronous payload limit is split into
-chunks invoked side by side. Failures are typed: a function error (the handler
+chunks invoked side by side. Failures are typed, in the spill family of
+``mark.errors`` that the local Lambda raises too: a function error (the handler
 raised, timed out or its runtime died: ``X-Amz-Function-Error``) is
 ``SpillFunctionError``; a ``{"error": ...}`` reply (the caller's mistake) is
-``SpillRejected``; Lambda's throttling is retried briefly with jitter, then
-``Throttled``.
+``SpillRejected``; a reply without outputs is ``SpillError``; Lambda's throttling
+of an invocation is retried briefly with jitter, then ``SpillThrottled`` (a
+``Throttled``).
 
 Billing: each invocation asks for the log tail (``LogType=Tail``) and reads
 Lambda's own ``REPORT`` line (``Billed Duration``, ``Memory Size``, ``Init
@@ -58,7 +60,15 @@ from mark.catalog import LambdaPrices, load_catalog
 from mark.clock import WallClock
 from mark.cloud.aws.client import OwnedClient
 from mark.cloud.aws.fleet import AwsApiError, RetryPolicy, map_client_error
-from mark.errors import CloudError, Throttled
+from mark.errors import (
+    CloudError,
+    PayloadTooLarge,
+    SpillError,
+    SpillFunctionError,
+    SpillRejected,
+    SpillThrottled,
+    Throttled,
+)
 from mark.ports import Clock, SpillResult
 from mark.state.records import LedgerEntry
 
@@ -71,23 +81,6 @@ TRANSIENT_CODES = frozenset(
 
 _REPORT = re.compile(r"^REPORT RequestId:.*$", re.MULTILINE)
 _FIELD = re.compile(r"(Duration|Billed Duration|Memory Size|Init Duration): ([0-9.]+) (ms|MB)")
-
-
-class SpillFunctionError(CloudError):
-    """The function failed (it raised, timed out, or its runtime exited)."""
-
-    def __init__(self, kind: str, error_type: str, message: str) -> None:
-        super().__init__(f"{kind}: {error_type}: {message}")
-        self.kind = kind  # Lambda's X-Amz-Function-Error, e.g. "Unhandled"
-        self.error_type = error_type
-
-
-class SpillRejected(CloudError):
-    """The handler answered ``{"error": ...}``: the batch or model is wrong, not Lambda."""
-
-
-class PayloadTooLarge(CloudError):
-    """A single request is over Lambda's 6 MB payload limit on its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,17 +304,17 @@ class AwsLambda(OwnedClient):
         if function_error:
             err = reply if isinstance(reply, dict) else {}
             raise SpillFunctionError(
-                str(function_error),
                 str(err.get("errorType", "Unknown")),
                 str(err.get("errorMessage", body[:500].decode(errors="replace"))),
+                kind=str(function_error),
             )
         if not isinstance(reply, dict):
-            raise CloudError(f"the spill function's reply for {model!r} is not a JSON object")
+            raise SpillError(f"the spill function's reply for {model!r} is not a JSON object")
         if "error" in reply:
             raise SpillRejected(f"{model}: {reply['error']}")
         outputs = reply.get("outputs")
         if not isinstance(outputs, list) or len(outputs) != rows:
-            raise CloudError(f"the spill function returned no outputs list of {rows} for {model!r}")
+            raise SpillError(f"the spill function returned no outputs list of {rows} for {model!r}")
         cold = bool(reply.get("cold_start")) or (report is not None and report.init_ms is not None)
         return _Invoked(outputs, duration, billed, memory, cold)
 
@@ -354,7 +347,8 @@ class AwsLambda(OwnedClient):
                 code = str(err.response.get("Error", {}).get("Code", ""))
                 if code in THROTTLE_CODES:
                     if last:
-                        raise Throttled(f"{operation}: {code}") from err
+                        throttled = SpillThrottled if operation == "invoke" else Throttled
+                        raise throttled(f"{operation}: {code}") from err
                 elif code in TRANSIENT_CODES:
                     if last:
                         raise AwsApiError(operation, code, str(err)) from err

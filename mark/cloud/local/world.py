@@ -27,7 +27,7 @@ from mark.catalog import Catalog
 from mark.cloud.aws.fleet import AwsFleet, LaunchTemplateRef
 from mark.cloud.aws.interruptions import EVENT_PATTERN, SqsInterruptionSource
 from mark.cloud.local.agents import AgentModel, AgentSupervisor, default_slowdown
-from mark.cloud.local.lambda_runtime import LocalLambda
+from mark.cloud.local.lambda_ import LocalLambda
 from mark.errors import CloudError
 from mark.ports import InterruptionNotice, NoticeKind
 

@@ -34,17 +34,16 @@ from typing import Any
 
 from aiohttp import web
 
-from mark.cloud.local.lambda_runtime import (
-    PAYLOAD_LIMIT,
-    FunctionError,
-    LocalLambda,
+from mark.cloud.local.lambda_ import PAYLOAD_LIMIT, LocalLambda
+from mark.errors import (
+    CloudError,
     PayloadTooLarge,
     RuntimeExited,
+    SpillFunctionError,
     SpillRejected,
     SpillThrottled,
     SpillTimeout,
 )
-from mark.errors import CloudError
 
 
 class LambdaApi:
@@ -127,10 +126,10 @@ class LambdaApi:
             return _error(413, "RequestTooLargeException", str(exc))
         except SpillRejected as exc:  # the handler's own {"error": ...} answer
             body = {"error": str(exc).split(": ", 1)[-1]}
-        except (FunctionError, SpillTimeout, RuntimeExited, CloudError) as exc:
+        except (SpillFunctionError, SpillTimeout, RuntimeExited, CloudError) as exc:
             error_type = (
                 exc.error_type
-                if isinstance(exc, FunctionError)
+                if isinstance(exc, SpillFunctionError)
                 else "Sandbox.Timedout"
                 if isinstance(exc, SpillTimeout)
                 else "Runtime.ExitError"

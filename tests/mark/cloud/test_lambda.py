@@ -20,17 +20,16 @@ from botocore.exceptions import ClientError
 
 from mark.clock import ManualClock
 from mark.cloud.aws.fleet import RetryPolicy
-from mark.cloud.aws.lambda_ import (
-    AwsLambda,
+from mark.cloud.aws.lambda_ import AwsLambda, chunk_events, parse_report
+from mark.cloud.local.lambda_ import LocalLambda
+from mark.cloud.standins.lambda_api import LambdaApi
+from mark.errors import (
+    CloudError,
     PayloadTooLarge,
     SpillFunctionError,
     SpillRejected,
-    chunk_events,
-    parse_report,
+    Throttled,
 )
-from mark.cloud.local.lambda_runtime import LocalLambda
-from mark.cloud.standins.lambda_api import LambdaApi
-from mark.errors import CloudError, Throttled
 
 ROOT = Path(__file__).resolve().parents[3]
 MLP = "tests.lambda_rt.fixtures_model:tiny_mlp"

@@ -1,0 +1,59 @@
+"""The spill function's wire format: the event a runtime is handed and the reply it posts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mark.cloud.local.lambda_.records import Done
+from mark.errors import PayloadTooLarge, SpillError, SpillRejected
+from mark.ports import SpillResult
+
+PAYLOAD_LIMIT = 6 * 1024 * 1024  # synchronous invoke: request and response, as on AWS
+
+
+def encode_event(model: str, instances: list[Any], source: str | None) -> bytes:
+    """The event ``lambda_handlers.spill`` reads: ``{"model", "instances", "source"?}``."""
+    event: dict[str, Any] = {"model": model, "instances": instances}
+    if source is not None:
+        event["source"] = source
+    try:
+        payload = json.dumps(event, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as exc:
+        raise SpillRejected(f"the batch for {model!r} is not JSON-serialisable: {exc}") from exc
+    if len(payload) > PAYLOAD_LIMIT:
+        raise PayloadTooLarge(
+            f"event of {len(payload)} bytes is over Lambda's {PAYLOAD_LIMIT}-byte limit"
+        )
+    return payload
+
+
+def decode_reply(model: str, done: Done, memory_mb: int) -> SpillResult:
+    """The outputs of a finished invocation, or the ``SpillError`` its reply amounts to."""
+    try:
+        reply = json.loads(done.body)
+    except ValueError:
+        raise SpillError(f"the spill function's reply for {model!r} is not JSON") from None
+    if not isinstance(reply, dict):
+        raise SpillError(f"the spill function replied {type(reply).__name__}, not an object")
+    if "error" in reply:
+        raise SpillRejected(f"{model}: {reply['error']}")
+    outputs = reply.get("outputs")
+    if not isinstance(outputs, list):
+        raise SpillError(f"the spill function's reply for {model!r} has no 'outputs' list")
+    cold = done.cold or bool(reply.get("cold_start", False))
+    return SpillResult(outputs, done.duration_ms, done.billed_ms, memory_mb, cold)
+
+
+def absolute_source(source: str) -> str:
+    """A TorchScript path made absolute, since the runtimes run in another directory."""
+    if ":" in source and not Path(source).exists():
+        return source  # pkg.mod:factory
+    return str(Path(source).expanduser().resolve())
+
+
+def plain(x: Any) -> Any:
+    """Numpy arrays and tensors to lists, so a batch of either serialises as JSON."""
+    tolist = getattr(x, "tolist", None)
+    return tolist() if callable(tolist) else x
