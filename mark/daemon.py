@@ -37,9 +37,8 @@ from mark.cloud.aws.world import AwsWorld
 from mark.cloud.local.agents import AgentModel, default_slowdown
 from mark.cloud.local.world import LocalWorld
 from mark.config import ModelSpec, Settings
-from mark.controller import (
+from mark.control import (
     LIVE,
-    PROFILE_BATCHES,
     Controller,
     build_options,
     online_predictor,
@@ -50,7 +49,7 @@ from mark.errors import ConfigError, UnknownOffering
 from mark.ports import Serverless
 from mark.state import SqlStore, open_store
 from mark.telemetry import Telemetry
-from provisioner.batching import tune_batching
+from provisioner.batching import PROFILE_BATCHES, serving_batching
 
 log = logging.getLogger("mark.daemon")
 
@@ -72,11 +71,7 @@ def backend_for(
     instance_id: str, instance_type: str, url: str, latency: BatchLatency, rt_max_s: float
 ) -> Backend:
     """A dispatcher backend with N_batch and W_batch tuned from the agent's own profile."""
-    try:
-        cfg = tune_batching({b: latency(b) for b in PROFILE_BATCHES}, rt_max_s)
-        n, w = cfg.n_batch, cfg.w_batch_s
-    except ValueError:  # too slow for RT_max even alone: no batching; the Bouncer spills
-        n, w = 1, 0.0
+    n, w = serving_batching(latency, rt_max_s)
     return Backend(instance_id, instance_type, url, latency, n_batch=n, w_batch_s=w)
 
 

@@ -29,7 +29,7 @@ with the highest μ*: a larger batch at the same rate only makes requests wait.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 
@@ -101,3 +101,21 @@ def tune_batching(
         if b > 1 and b / t_b > best.mu_star * (1 + 1e-9):
             best = BatchingConfig(b, window, b / t_b, mu_nb, ())
     return BatchingConfig(best.n_batch, best.w_batch_s, best.mu_star, mu_nb, tuple(steps))
+
+
+PROFILE_BATCHES = (1, 2, 4, 8, 16, 32)
+"""The batch sizes every profile measures (agents, `mark profile`, the local world)."""
+
+
+def serving_batching(batch_time_s: Callable[[int], float], rt_max_s: float) -> tuple[int, float]:
+    """N_batch and W_batch a backend serves with, tuned from its profile over
+    ``PROFILE_BATCHES``; an instance too slow even for one request alone serves one
+    at a time with no window (the Bouncer then spills what it cannot finish).
+
+    The dispatcher, the simulator and the planner's options all batch by this rule.
+    """
+    try:
+        cfg = tune_batching({b: batch_time_s(b) for b in PROFILE_BATCHES}, rt_max_s)
+    except ValueError:
+        return 1, 0.0
+    return cfg.n_batch, cfg.w_batch_s

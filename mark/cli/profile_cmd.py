@@ -24,7 +24,7 @@ def profile(
     import numpy as np
 
     from bouncer.runner import ModelLoadError, ModelRunner
-    from mark.daemon import resolve_source
+    from mark.control import resolve_source
     from provisioner.batching import tune_batching
 
     settings = state(ctx).settings()

@@ -215,7 +215,7 @@ async def run_ramp(
     line up with the per-minute latency roll-ups. ``load_offset_at_minute``:
     start the load so that this offset of the profile falls on a minute boundary.
     """
-    from mark.controller import LIVE
+    from mark.control import LIVE
     from mark.daemon import start, stop
     from mark.demo.loadgen import run_load
     from mark.ports import InstanceRole
@@ -328,7 +328,7 @@ def calibrated_slowdown(settings: Settings, t1_s: float) -> tuple[float, float]:
     """
     from mark.cloud.local.agents import AgentModel
     from mark.cloud.local.world import measure_profile
-    from mark.daemon import resolve_source
+    from mark.control import resolve_source
 
     spec = settings.models[0]
     model = AgentModel(

@@ -15,7 +15,7 @@ from pathlib import Path
 from bouncer.latency import BatchLatency
 from mark.catalog import Catalog, Market
 from mark.config import ModelSpec, Settings
-from mark.controller import build_options
+from mark.control import build_options
 from provisioner.options import DEFAULT_BOOT_S
 
 LOCAL_AGENT_START_S = 5.0
@@ -51,7 +51,7 @@ def _saved_latency(path: Path) -> BatchLatency | None:
 
 def _measured_latency(settings: Settings, spec: ModelSpec) -> BatchLatency:
     from bouncer.runner import ModelLoadError
-    from mark.daemon import measure_latency
+    from mark.control import measure_latency
     from mark.demo import DEMO_SOURCE, default_model_path
 
     source = spec.source

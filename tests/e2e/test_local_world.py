@@ -125,7 +125,7 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
         # The planner rates each offering from the very profile the agents emulate.
         from mark.cloud.local.agents import default_slowdown
         from mark.cloud.local.world import LocalWorld
-        from mark.controller import build_options
+        from mark.control import build_options
 
         assert isinstance(run.world, LocalWorld)
         profile = run.world.profiles["digits"]

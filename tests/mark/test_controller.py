@@ -12,7 +12,7 @@ from bouncer.latency import BatchLatency
 from mark.catalog import Market, load_catalog
 from mark.clock import ManualClock
 from mark.config import load_settings
-from mark.controller import Controller, build_options, max_rate_per_minute
+from mark.control import Controller, build_options, max_rate_per_minute
 from mark.ports import InstanceState
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
@@ -154,7 +154,7 @@ async def test_the_configured_predictor_forecasts_from_the_stores_history(tmp_pa
     """With a day of history a seasonal model is fitted off the loop, then it forecasts."""
     import asyncio
 
-    from mark.controller import online_predictor
+    from mark.control import online_predictor
 
     settings = load_settings(
         overrides={
@@ -189,7 +189,7 @@ async def test_the_configured_predictor_forecasts_from_the_stores_history(tmp_pa
         assert online._task is not None
         await asyncio.wait_for(online._task, 30)
         assert online.model is not None and online.last_error is None
-        forecast = await ctl._forecast("digits", clock.now(), 60)
+        forecast = await ctl.forecast_for("digits", clock.now(), 60)
         # same minutes yesterday: 2 r/s, then the 10 r/s burst at minutes 10..19
         assert forecast[5] == pytest.approx(2.0) and forecast[12] == pytest.approx(10.0)
     finally:
@@ -421,7 +421,7 @@ async def test_with_a_short_update_period_the_forecast_sees_the_last_60_s(tmp_pa
         ctl = Controller(
             settings, SimFleet(load_catalog(), ManualClock(now).now), store, {spec.name: []}
         )
-        forecast = await ctl._forecast(spec.name, now, 24)
+        forecast = await ctl.forecast_for(spec.name, now, 24)
         # The climb inside the current minute is seen at once, and 24 steps of 5 s come back.
         assert forecast == [pytest.approx(24.0)] * 24
     finally:

@@ -22,7 +22,7 @@ from bouncer.latency import BatchLatency
 from mark.catalog import load_catalog
 from mark.clock import ManualClock
 from mark.config import load_settings
-from mark.controller import LIVE, Controller, build_options, online_predictor
+from mark.control import LIVE, Controller, build_options, online_predictor
 from mark.sim.fleet import SimFleet
 from mark.state import open_store
 from mark.telemetry import Telemetry

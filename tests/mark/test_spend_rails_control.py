@@ -9,7 +9,7 @@ from bouncer.latency import BatchLatency
 from mark.catalog import load_catalog
 from mark.clock import ManualClock
 from mark.config import BudgetSpec, load_settings
-from mark.controller import LIVE, Controller, build_options
+from mark.control import LIVE, Controller, build_options
 from mark.ports import InstanceInfo, InstanceRole, InstanceState, InterruptionNotice, NoticeKind
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
@@ -114,6 +114,6 @@ async def test_plan_backup_and_standby_start_are_held_at_the_spend_rail(tmp_path
             InstanceState.STOPPED
         }
         assert await spend() <= limit
-        assert 'mark_spend_rail_hits_total{model="digits",rail="model"}' in ctl.prometheus()
+        assert 'mark_spend_rail_hits_total{model="digits"}' in ctl.prometheus()
     finally:
         await store.close()

@@ -30,10 +30,9 @@ from mark.cloud.local.agents import AgentModel, AgentSupervisor, default_slowdow
 from mark.cloud.local.lambda_ import LocalLambda
 from mark.errors import CloudError
 from mark.ports import InterruptionNotice, NoticeKind
+from provisioner.batching import PROFILE_BATCHES
 
 log = logging.getLogger("mark.local")
-
-PROFILE_BATCHES = (1, 2, 4, 8, 16, 32)  # as the daemon's planning estimate
 
 
 def lambda_threads(concurrency: int, cpus: int | None = None) -> dict[str, str]:

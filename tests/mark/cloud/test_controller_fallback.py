@@ -17,7 +17,7 @@ from bouncer.latency import BatchLatency
 from mark.catalog import Market, load_catalog
 from mark.cloud.aws.fleet import AwsFleet, LaunchSpec, map_client_error
 from mark.config import load_settings
-from mark.controller import Controller, build_options
+from mark.control import Controller, build_options
 from mark.state import ArrivalWindow, open_store
 
 REGION = "us-east-1"

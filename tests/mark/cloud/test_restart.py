@@ -14,7 +14,7 @@ from bouncer.latency import BatchLatency
 from mark.catalog import Market, load_catalog
 from mark.cloud.aws.fleet import TAG_CLIENT_TOKEN, AwsFleet, LaunchSpec
 from mark.config import Settings, load_settings
-from mark.controller import Controller, build_options
+from mark.control import Controller, build_options
 from mark.ports import InstanceInfo, InstanceRole, LaunchRequest
 from mark.state import ArrivalWindow, SqlStore, open_store
 from provisioner.greedy import PlannerOption

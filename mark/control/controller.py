@@ -1,0 +1,285 @@
+"""The controller: one writer of the control state, driving snapshot → step → reconcile.
+
+Three tasks ask it for decisions: the periodic step (every P_u), the SLO
+monitor (every few seconds) and spot notices. Each takes the same lock, so no
+two steps interleave across an ``await``: an instance cannot be retired or
+billed twice by a step and a notice racing each other. The decisions are the
+pure steps of ``provisioner.step`` and ``provisioner.standby_step``; this class
+reads their inputs from the ports and carries their outputs back out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from mark.catalog import Catalog, load_catalog
+from mark.config import ModelSpec, Settings
+from mark.control.history import LoadHistory, cold_start_forecaster
+from mark.control.reconcile import LIVE, Reconciler
+from mark.control.recorder import Recorder
+from mark.control.snapshot import monitor_config, snapshot, step_config
+from mark.control.step_runner import StepResult, run_plan_step
+from mark.errors import CloudError
+from mark.ports import Clock, Fleet, InstanceInfo, InstanceState, InterruptionNotice, Store
+from mark.state.records import Decision
+from predictor.base import Forecaster
+from predictor.online import OnlinePredictor
+from provisioner.control_state import ControlState, Note, StepConfig
+from provisioner.greedy import PlannerOption
+from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
+from provisioner.standby_step import interruption_step
+from provisioner.step import backup_launch, slo_step
+
+log = logging.getLogger("mark.control")
+
+
+@dataclass
+class _Parts:
+    history: LoadHistory
+    recorder: Recorder
+    reconciler: Reconciler
+
+
+class Controller:
+    """The control loop of one cluster: ``step``, ``check_slo``, ``on_interruption``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        fleet: Fleet,
+        store: Store,
+        options: Mapping[str, Sequence[PlannerOption]],
+        *,
+        forecast: Forecaster | None = None,
+        predictors: Mapping[str, OnlinePredictor] | None = None,
+        boot_s: float = 90.0,
+        catalog: Catalog | None = None,
+        standby_capacity: Mapping[str, float] | None = None,
+        standby_loss_fraction: float = 0.25,
+        max_fallbacks: int = 3,
+        unavailable_ttl_s: float = UNAVAILABLE_OFFERING_TTL_S,
+        fixed_hourly: float = 0.0,
+    ) -> None:
+        self.settings = settings
+        self.fleet = fleet
+        self.store = store
+        self.options = options
+        self.boot_s = boot_s
+        self.catalog = catalog if catalog is not None else load_catalog()
+        self.standby_capacity = dict(standby_capacity or {})
+        self.standby_loss_fraction = standby_loss_fraction
+        self.max_fallbacks = max_fallbacks
+        self.unavailable_ttl_s = unavailable_ttl_s
+        self.fixed_hourly = fixed_hourly
+        self.state = ControlState()
+        t = settings.timings
+        self._parts = _Parts(
+            LoadHistory(
+                store,
+                settings.predictor.history_minutes,
+                t.update_period_s,
+                dict(predictors or {}),
+                forecast if forecast is not None else cold_start_forecaster(),
+            ),
+            Recorder(store, self.catalog),
+            Reconciler(fleet, t.update_period_s, unavailable_ttl_s),
+        )
+        self._lock = asyncio.Lock()
+
+    # -- configuration ------------------------------------------------------
+
+    @property
+    def forecast(self) -> Forecaster:
+        """The forecaster for models without a configured predictor."""
+        return self._parts.history.fallback
+
+    @forecast.setter
+    def forecast(self, value: Forecaster) -> None:
+        self._parts.history.fallback = value
+
+    def price(self, instance_type: str, market: str) -> float:
+        return self._parts.recorder.price(instance_type, market)
+
+    def config_for(self, spec: ModelSpec) -> StepConfig:
+        return step_config(
+            self.settings,
+            spec,
+            boot_s=self.boot_s,
+            price=self.price,
+            standby_capacity_rps=self.standby_capacity.get(spec.name, 0.0),
+            standby_loss_fraction=self.standby_loss_fraction,
+            unavailable_ttl_s=self.unavailable_ttl_s,
+        )
+
+    def prometheus(self) -> str:
+        """The control loop's counters for ``/metrics``."""
+        return self._parts.recorder.prometheus()
+
+    async def forecast_for(self, model: str, now: float, steps: int) -> list[float]:
+        """The forecast for the next ``steps`` control steps, as the planner gets it unclipped."""
+        return (await self._parts.history.forecast(model, now, steps))[0]
+
+    # -- the three tasks ----------------------------------------------------
+
+    async def step(self, now: float) -> list[StepResult]:
+        """One planning step for every model."""
+        async with self._lock:
+            return await self._step(now)
+
+    async def _step(self, now: float) -> list[StepResult]:
+        out = []
+        for spec in self.settings.models:
+            # Listed again per model: the cluster's spend rail sees what earlier models bought.
+            everything = await self.fleet.list()
+            result, self.state = await run_plan_step(
+                spec,
+                now,
+                everything,
+                self.state,
+                self.config_for(spec),
+                self.options.get(spec.name, ()),
+                self.fixed_hourly,
+                self.max_fallbacks,
+                self._parts.history,
+                self._parts.recorder,
+                self._parts.reconciler,
+            )
+            out.append(result)
+        return out
+
+    async def check_slo(self, now: float, latencies: Mapping[str, Sequence[float]]) -> list[str]:
+        """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.
+
+        ``latencies`` holds, per model, the latencies finished since the last call
+        (inf for failures). Returns the ids of the backups launched.
+        """
+        async with self._lock:
+            launched: list[str] = []
+            for spec in self.settings.models:
+                monitor = monitor_config(self.settings, spec)
+                action, self.state = slo_step(
+                    self.state, spec.name, now, monitor, latencies.get(spec.name, ())
+                )
+                if action is None:
+                    continue
+                fleet = await self.fleet.list()
+                snap = snapshot(
+                    spec.name, now, fleet, self.price, (), fixed_hourly=self.fixed_hourly
+                )
+                launch, notes = backup_launch(
+                    snap,
+                    self.config_for(spec),
+                    monitor,
+                    action,
+                    self.price(action.instance_type, action.market),
+                )
+                if launch is not None:
+                    done = await self._parts.reconciler.launch([launch], fleet, now)
+                    await self._parts.recorder.launched(done.got, now, "SLO monitor")
+                    launched += [i.instance_id for i in done.got]
+                    notes += done.notes
+                await self._parts.recorder.record(spec.name, now, notes)
+            return launched
+
+    async def on_interruption(self, notice: InterruptionNotice, now: float) -> list[str]:
+        """A spot instance will be reclaimed (§4.5): start standbys at once, then re-plan.
+
+        Returns the standbys started. Notices for instances mark does not own, and
+        repeated notices, change nothing. If the standbys cannot be started, nothing
+        is remembered, so a repeated notice tries again.
+        """
+        async with self._lock:
+            fleet = await self.fleet.list()
+            inst = next((i for i in fleet if i.instance_id == notice.instance_id), None)
+            if inst is None or notice.kind != "interruption":
+                return []
+            spec = self.settings.model(inst.model)
+            snap = snapshot(
+                inst.model,
+                now,
+                fleet,
+                self.price,
+                self.options.get(inst.model, ()),
+                fixed_hourly=self.fixed_hourly,
+            )
+            res = interruption_step(
+                snap, self.state, self.config_for(spec), inst.instance_id, notice.action_at
+            )
+            if res is None:
+                return []
+            recorder = self._parts.recorder
+            started = list(res.start.instance_ids) if res.start is not None else []
+            if started:
+                try:
+                    await self._parts.reconciler.start(started)
+                except CloudError as exc:
+                    why = f"starting standbys for {inst.instance_id} failed: {exc}"
+                    await recorder.record(inst.model, now, [Note("start-standby-failed", why)])
+                    return []
+                by_id = {i.instance_id: i for i in fleet}
+                for iid in started:
+                    await recorder.set_state(
+                        by_id[iid], InstanceState.PENDING, now, "standby started"
+                    )
+            self.state = res.state
+            await recorder.record(inst.model, now, res.notes)
+            await recorder.bill_retired(inst.model, [inst.instance_id], [inst], res.reclaim_at)
+            await self._step(now)  # replacements now, avoiding the interrupted offering
+            return started
+
+    async def adopt(self, now: float) -> list[InstanceInfo]:
+        """Take over, after a (re)start, whatever the cloud's tags say this cluster owns.
+
+        Each owned instance is recorded in the store and counts as wanted now,
+        so the cool-down starts afresh rather than retiring a fleet the old
+        controller had just been using; the next step plans with them and
+        launches only what they do not cover. Instances the store still holds
+        as live that the cloud no longer lists are marked terminated. Nothing
+        is launched here.
+        """
+        async with self._lock:
+            recorder = self._parts.recorder
+            fleet = await self.fleet.list()
+            for inst in fleet:
+                await recorder.set_state(inst, inst.state, now, "adopted after a restart")
+            listed = {i.instance_id for i in fleet}
+            live = [s.value for s in InstanceState if s is not InstanceState.TERMINATED]
+            for rec in await self.store.instances(states=live):
+                if rec.instance_id not in listed:
+                    await self.store.set_instance_state(
+                        rec.instance_id,
+                        InstanceState.TERMINATED.value,
+                        now,
+                        reason="no longer in the cloud at restart",
+                    )
+            for spec in self.settings.models:
+                mine = [i for i in fleet if i.model == spec.name]
+                control = self.state.of(spec.name)
+                wanted = {**control.last_wanted, **{i.instance_id: now for i in mine}}
+                self.state = self.state.with_model(spec.name, replace(control, last_wanted=wanted))
+                if mine:
+                    await self.store.record_decision(
+                        Decision(
+                            spec.name,
+                            now,
+                            "adopt",
+                            f"{len(mine)} instance(s) found by this cluster's tags at start",
+                            count=len(mine),
+                        )
+                    )
+            return fleet
+
+    async def run(self, clock: Clock) -> None:
+        """Repeat ``step`` every P_u until cancelled; a failed step is logged, not fatal."""
+        while True:
+            try:
+                await self.step(clock.now())
+            except Exception:
+                log.exception("control-loop step failed")
+            await clock.sleep(self.settings.timings.update_period_s)
+
+
+__all__ = ["LIVE", "Controller", "StepResult"]

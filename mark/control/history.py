@@ -1,0 +1,98 @@
+"""The load history the forecasters read, and the forecast per control step.
+
+Arrivals are stored per P_s window; the paper's series is the highest rate of
+each minute. The history slides with ``now`` instead of being cut at clock
+minutes, so with P_u < 60 s each step sees the last 60 s as its latest minute.
+A minute with no window stored is missing (NaN), not zero load: the daemon
+records every window it was running for, empty ones as zeros.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mark.ports import Store
+from mark.state.records import ArrivalWindow
+from predictor.base import Forecaster, History
+from predictor.baselines import PaperFallback
+from predictor.online import COLD_START_WINDOW, OnlinePredictor
+
+
+def max_rate_per_minute(
+    windows: Sequence[ArrivalWindow], start: float, minutes: int
+) -> list[float]:
+    """For each minute from ``start``, the highest rate of its windows; NaN if none."""
+    out = [math.nan] * minutes
+    for w in windows:
+        k = math.floor((w.window_start - start) / 60.0)
+        if 0 <= k < minutes:
+            out[k] = w.rate if math.isnan(out[k]) else max(out[k], w.rate)
+    return out
+
+
+def cold_start_forecaster() -> Forecaster:
+    """The forecaster used when no predictor is configured for a model: the paper's
+    fallback over the last hour (``predictor.baselines.PaperFallback``)."""
+    return PaperFallback(window=COLD_START_WINDOW)
+
+
+@dataclass
+class LoadHistory:
+    """Per-model history from the store, cached between steps, and the forecast from it."""
+
+    store: Store
+    history_minutes: int
+    step_s: float
+    predictors: Mapping[str, OnlinePredictor] = field(default_factory=dict)
+    fallback: Forecaster = field(default_factory=cold_start_forecaster)
+    _series: dict[str, dict[float, ArrivalWindow]] = field(default_factory=dict)
+    _fetched: dict[str, float] = field(default_factory=dict)
+
+    async def minutes(self, model: str, now: float) -> tuple[float, list[float]]:
+        """Max rate per minute of the last ``history_minutes`` minutes, the last ending now.
+
+        Only windows since the last call (and two minutes before, for late ones)
+        are read from the store; older ones are kept in memory.
+        """
+        start = now - self.history_minutes * 60.0
+        cache = self._series.setdefault(model, {})
+        since = max(start, self._fetched.get(model, start) - 120.0)
+        for w in await self.store.arrivals(model, since, now):
+            cache[w.window_start] = w
+        self._fetched[model] = now
+        for key in [k for k in cache if k < start]:
+            del cache[key]
+        return start, max_rate_per_minute(list(cache.values()), start, self.history_minutes)
+
+    async def forecast(self, model: str, now: float, steps: int) -> tuple[list[float], float]:
+        """The forecast max rate for each of the next ``steps`` control steps (P_u each),
+        and the highest rate observed in the history it was made from.
+
+        Forecasters speak per minute; with P_u < 60 s each minute's value covers
+        the steps inside it, so the planner's τ and cool-down arithmetic, which
+        count in steps, read the forecast on the right time axis.
+        """
+        start, values = await self.minutes(model, now)
+        history = History(
+            np.asarray(values, dtype=np.float64), np.datetime64(int(start // 60), "m")
+        )
+        observed = history.observed
+        peak = float(observed.max()) if observed.size else 0.0
+        if peak <= 0.0:  # nothing seen yet, or only idle minutes: no load to plan for
+            return [0.0] * steps, peak
+        per_minute_count = math.ceil(steps * self.step_s / 60.0)
+        online = self.predictors.get(model)
+        if online is None:
+            if not self.fallback.fitted:
+                self.fallback.fit(history)
+            raw = self.fallback.forecast(history, per_minute_count)
+        else:
+            online.maybe_refit(history, int(now // 60))
+            raw = online.forecast(history, per_minute_count)
+        per_minute = [float(x) for x in raw]
+        last = len(per_minute) - 1
+        return [per_minute[min(int(k * self.step_s // 60.0), last)] for k in range(steps)], peak

@@ -1,0 +1,97 @@
+"""Ports → the plain values a step reads: the fleet as ``Member``s, a model's
+``Snapshot`` and its ``StepConfig``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from mark.config import ModelSpec, Settings
+from mark.ports import InstanceInfo
+from provisioner.control_state import Member, Snapshot, StepConfig
+from provisioner.forecast_sanity import ForecastBounds
+from provisioner.greedy import PlannerOption
+from provisioner.guards import GuardConfig
+from provisioner.slo_monitor import SloMonitorConfig
+from provisioner.spend_rails import SpendLimits
+
+Price = Callable[[str, str], float]
+
+
+def member(inst: InstanceInfo, price: Price) -> Member:
+    return Member(
+        inst.instance_id,
+        inst.model,
+        inst.instance_type,
+        inst.market.value,
+        inst.role.value,
+        inst.state.value,
+        inst.launched_at,
+        price(inst.instance_type, inst.market.value),
+    )
+
+
+def members(fleet: Sequence[InstanceInfo], price: Price) -> tuple[Member, ...]:
+    return tuple(member(i, price) for i in fleet)
+
+
+def step_config(
+    settings: Settings,
+    spec: ModelSpec,
+    *,
+    boot_s: float,
+    price: Price,
+    standby_capacity_rps: float,
+    standby_loss_fraction: float,
+    unavailable_ttl_s: float,
+) -> StepConfig:
+    t = settings.timings
+    budget = settings.budget
+    standby_types = settings.offerings.standby_types
+    standby = standby_types[0] if standby_types else None
+    return StepConfig(
+        step_s=t.update_period_s,
+        tau_steps=max(1, round(t.lead_time_s / t.update_period_s)),
+        boot_s=boot_s,
+        window_steps=t.window_steps,
+        guard=GuardConfig(t.cooldown_s, t.billing_minimum_s, settings.offerings.max_instances),
+        limits=SpendLimits(budget.max_hourly_per_model, budget.max_hourly_cluster),
+        bounds=ForecastBounds(settings.predictor.max_forecast_multiple, spec.max_rate_rps),
+        standby_type=standby,
+        standby_price=price(standby, "on-demand") if standby is not None else 0.0,
+        standby_capacity_rps=standby_capacity_rps,
+        standby_loss_fraction=standby_loss_fraction,
+        unavailable_ttl_s=unavailable_ttl_s,
+    )
+
+
+def monitor_config(settings: Settings, spec: ModelSpec) -> SloMonitorConfig:
+    mon = settings.slo_monitor
+    return SloMonitorConfig(
+        rt_max_s=spec.slo.rt_max_ms / 1000.0,
+        sl_min=spec.slo.sl_min,
+        window=mon.last_m,
+        launch_count=mon.launch_l,
+        instance_type=mon.instance_type,
+        holdoff_s=mon.holdoff_s,
+    )
+
+
+def snapshot(
+    model: str,
+    now: float,
+    fleet: Sequence[InstanceInfo],
+    price: Price,
+    options: Sequence[PlannerOption],
+    forecast: Sequence[float] = (),
+    observed_peak: float = 0.0,
+    fixed_hourly: float = 0.0,
+) -> Snapshot:
+    return Snapshot(
+        model,
+        now,
+        tuple(forecast),
+        observed_peak,
+        tuple(options),
+        members(fleet, price),
+        fixed_hourly,
+    )

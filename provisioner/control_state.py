@@ -1,0 +1,164 @@
+"""What a control step sees and keeps: the snapshot, the control state, the actions.
+
+The control loop's shape is snapshot → pure step → reconcile. The shell reads
+its ports into a ``Snapshot`` (plain values, no handles); a step in
+``provisioner.step`` or ``provisioner.standby_step`` turns it and the
+``ControlState`` into actions and the next state; the shell carries the actions
+out. Everything here is a frozen value, so a step can be replayed, tabled in a
+test and run by the simulator exactly as by the daemon.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from provisioner.forecast_sanity import ForecastBounds
+from provisioner.greedy import OptionKey, PlannerOption
+from provisioner.guards import GuardConfig
+from provisioner.slo_monitor import SloMonitorState
+from provisioner.spend_rails import Spend, SpendLimits
+from provisioner.spot import InterruptionMemory
+
+LIVE_STATES = frozenset({"pending", "running", "ready"})
+"""Billed and (soon) serving; a stopped standby is not live."""
+
+SERVING_ROLES = frozenset({"serving", "backup"})
+"""Roles the planner counts and may retire: its own and the SLO monitor's backups."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One instance of the cluster, as a step sees it."""
+
+    instance_id: str
+    model: str
+    instance_type: str
+    market: str
+    role: str  # "serving", "backup" or "standby"
+    state: str  # EC2's names plus "ready"
+    launched_at: float
+    price_per_hour: float = 0.0
+
+    @property
+    def key(self) -> OptionKey:
+        return (self.instance_type, self.market)
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_STATES
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """The per-model settings a step needs (from the configuration, fixed while running)."""
+
+    step_s: float
+    tau_steps: int
+    boot_s: float
+    window_steps: int = 60
+    """P_w: control steps the forecast covers."""
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    limits: SpendLimits = field(default_factory=SpendLimits)
+    bounds: ForecastBounds = field(default_factory=ForecastBounds)
+    standby_type: str | None = None
+    standby_price: float = 0.0
+    standby_capacity_rps: float = 0.0
+    standby_loss_fraction: float = 0.25
+    unavailable_ttl_s: float = 180.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The world for one model at ``now``: its forecast, its options, the whole fleet."""
+
+    model: str
+    now: float
+    forecast: tuple[float, ...]
+    """Forecast max rate per control step, as the predictor made it (not yet clipped)."""
+    observed_peak: float
+    """Highest rate in the history the forecast was made from."""
+    options: tuple[PlannerOption, ...]
+    fleet: tuple[Member, ...]
+    """Every instance of the cluster (every model's: the cluster spend rail needs them)."""
+    fixed_hourly: float = 0.0
+    """$/h paid whatever the fleet: the spill function's provisioned concurrency."""
+
+    def mine(self) -> list[Member]:
+        return [m for m in self.fleet if m.model == self.model]
+
+    def spend(self, gone: frozenset[str] = frozenset()) -> Spend:
+        """$/h of live instances now, this model's and the cluster's, without ``gone``."""
+        model = cluster = 0.0
+        for m in self.fleet:
+            if m.live and m.instance_id not in gone:
+                cluster += m.price_per_hour
+                if m.model == self.model:
+                    model += m.price_per_hour
+        return Spend(model, cluster + self.fixed_hourly)
+
+
+@dataclass(frozen=True)
+class ModelControl:
+    """One model's control state between steps."""
+
+    last_wanted: Mapping[str, float] = field(default_factory=dict)
+    """Instance id → when a plan last wanted it (the cool-down counts from there)."""
+    slo: SloMonitorState = field(default_factory=SloMonitorState)
+    hold_standbys_until: float = -math.inf
+    """Started standbys are not stopped before this (replacements still booting)."""
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """All control state: per model, plus the offerings avoided and the doomed instances."""
+
+    models: Mapping[str, ModelControl] = field(default_factory=dict)
+    avoid: InterruptionMemory = field(default_factory=InterruptionMemory)
+    doomed: Mapping[str, float] = field(default_factory=dict)
+    """Instance id → when it is reclaimed (a spot notice came): planned without."""
+
+    def of(self, model: str) -> ModelControl:
+        return self.models.get(model, ModelControl())
+
+    def with_model(self, model: str, control: ModelControl) -> ControlState:
+        return replace(self, models={**self.models, model: control})
+
+
+@dataclass(frozen=True)
+class Note:
+    """A decision to record (beside the actions): what, why, and on what."""
+
+    action: str
+    reason: str
+    instance_type: str | None = None
+    market: str | None = None
+    count: int = 1
+    instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Launch ``count`` of an offering in a role; ``reason`` says why."""
+
+    model: str
+    instance_type: str
+    market: str
+    count: int
+    role: str
+    reason: str
+
+    @property
+    def key(self) -> OptionKey:
+        return (self.instance_type, self.market)
+
+
+@dataclass(frozen=True)
+class Change:
+    """Terminate, start or stop these instances."""
+
+    kind: str  # "terminate", "start" or "stop"
+    model: str
+    instance_ids: tuple[str, ...]
+    reason: str

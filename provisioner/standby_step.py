@@ -1,0 +1,164 @@
+"""The standby steps (paper §4.5): size the stopped pool, start it on a spot notice,
+stop it once replacements serve.
+
+A spot fleet can lose capacity with two minutes' notice; stopped burstable
+standbys start in seconds and carry that load until replacements boot. The
+pool is sized to the spot capacity at risk (``provisioner.spot``); a notice
+starts the fewest standbys that cover what is lost and avoids the offering for
+a while; started standbys stop once ready replacements cover the load again,
+never before the interrupted instance is gone and replacements could have
+booted. Every launch or start passes the spend rails. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from provisioner.control_state import (
+    Change,
+    ControlState,
+    Launch,
+    Member,
+    Note,
+    Snapshot,
+    StepConfig,
+)
+from provisioner.spot import (
+    SpotHolding,
+    Standby,
+    on_interruption_notice,
+    standby_pool_size,
+    standbys_to_stop,
+)
+from provisioner.step import price_within_rails
+
+
+def standby_pool_step(
+    snap: Snapshot,
+    state: ControlState,
+    cfg: StepConfig,
+    serving: Sequence[Member],
+    load_now: float,
+) -> tuple[Launch | None, Change | None, list[Note]]:
+    """Top the stopped pool up to the spot capacity at risk; stop started standbys that
+    ready replacements no longer need.
+
+    ``serving`` is the model's serving fleet after this step's launches; ``load_now``
+    the forecast rate of the coming step.
+    """
+    cap = cfg.standby_capacity_rps
+    if cap <= 0 or cfg.standby_type is None:
+        return None, None, []
+    by_key = {o.key: o for o in snap.options}
+    standbys = [m for m in snap.mine() if m.role == "standby" and m.state != "terminated"]
+    holdings: dict[tuple[str, str], int] = {}
+    for m in serving:
+        if m.market == "spot":
+            holdings[m.key] = holdings.get(m.key, 0) + 1
+    spot = [SpotHolding(k, n, by_key[k].capacity_rps) for k, n in holdings.items() if k in by_key]
+    want = standby_pool_size(spot, cap, cfg.standby_loss_fraction) if spot else 0
+    notes: list[Note] = []
+    launch = None
+    if len(standbys) < want:
+        # A new standby runs until it has booted and is stopped: it is spend meanwhile.
+        known = {m.instance_id for m in snap.fleet}
+        extended = replace(
+            snap, fleet=(*snap.fleet, *(m for m in serving if m.instance_id not in known))
+        )
+        key = (cfg.standby_type, "on-demand")
+        allowed, notes = price_within_rails(
+            [(key, want - len(standbys), cfg.standby_price)], extended.spend(), cfg.limits
+        )
+        if allowed.get(key, 0) > 0:
+            launch = Launch(
+                snap.model,
+                cfg.standby_type,
+                "on-demand",
+                allowed[key],
+                "standby",
+                f"pool of {want} covers the spot capacity at risk",
+            )
+    # Freshly launched standbys are stopped once they have booted (EC2 cannot launch
+    # straight into "stopped"); started ones are stopped once replacements serve.
+    ready = sum(
+        by_key[m.key].capacity_rps
+        for m in serving
+        if m.state in ("running", "ready")
+        and snap.now >= m.launched_at + cfg.boot_s  # booted and serving, not just "running"
+        and m.key in by_key
+    )
+    need = max(0.0, load_now - ready)
+    active = [Standby(m.instance_id, cap) for m in standbys if m.state in ("running", "ready")]
+    held = snap.now < state.of(snap.model).hold_standbys_until
+    to_stop = standbys_to_stop(active, need) if active and not held else ()
+    stop = (
+        Change("stop", snap.model, tuple(to_stop), f"replacements cover all but {need:.1f} r/s")
+        if to_stop
+        else None
+    )
+    return launch, stop, notes
+
+
+@dataclass(frozen=True)
+class InterruptionStep:
+    """What a spot notice changes at once."""
+
+    victim: Member
+    reclaim_at: float
+    start: Change | None
+    notes: tuple[Note, ...]
+    state: ControlState
+
+
+def interruption_step(
+    snap: Snapshot,
+    state: ControlState,
+    cfg: StepConfig,
+    instance_id: str,
+    action_at: float | None,
+) -> InterruptionStep | None:
+    """A spot instance of ``snap.model`` will be reclaimed: start standbys, avoid its
+    offering, plan without it. None for an instance not in the fleet or already doomed."""
+    victim = next((m for m in snap.fleet if m.instance_id == instance_id), None)
+    if victim is None or instance_id in state.doomed:
+        return None
+    now = snap.now
+    reclaim_at = action_at if action_at is not None else now + 120.0
+    opt = next((o for o in snap.options if o.key == victim.key), None)
+    lost = opt.capacity_rps if opt is not None else 0.0
+    stopped = [m for m in snap.mine() if m.role == "standby" and m.state == "stopped"]
+    response = on_interruption_notice(
+        victim.key,
+        lost,
+        [Standby(m.instance_id, cfg.standby_capacity_rps) for m in stopped],
+        state.avoid,
+        now,
+    )
+    start = list(response.start)
+    notes: list[Note] = []
+    if start:
+        by_id = {m.instance_id: m for m in stopped}
+        first = by_id[start[0]]
+        key = (first.instance_type, "on-demand")
+        allowed, notes = price_within_rails(
+            [(key, len(start), first.price_per_hour)], snap.spend(), cfg.limits
+        )
+        start = start[: allowed.get(key, 0)]
+    control = state.of(snap.model)
+    # Standbys carry the lost capacity until the instance is gone and replacements,
+    # launched now, have booted; only then may the load decide to stop them.
+    hold = max(control.hold_standbys_until, reclaim_at + cfg.boot_s)
+    state = replace(
+        state.with_model(snap.model, replace(control, hold_standbys_until=hold)),
+        avoid=response.memory,
+        doomed={**state.doomed, instance_id: reclaim_at},
+    )
+    why = (
+        f"spot interruption of {instance_id} ({victim.instance_type}) at t={reclaim_at:g}: "
+        f"{lost:.1f} r/s lost, {len(start)} standby(s) started, "
+        f"{response.uncovered_rps:.1f} r/s left to Lambda until replacements serve"
+    )
+    notes.append(Note("start-standby", why, instance_id=instance_id, count=len(start)))
+    change = Change("start", snap.model, tuple(start), "standby started") if start else None
+    return InterruptionStep(victim, reclaim_at, change, tuple(notes), state)

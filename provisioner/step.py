@@ -1,0 +1,195 @@
+"""The control steps: snapshot + control state in, actions + next state out.
+
+Each P_u the shell asks ``plan_step`` what to launch and retire for one model;
+when the SLO monitor sees recent misses it asks ``backup_step``; the standby
+pool and spot notices are ``provisioner.standby_step``. The rules wrapped
+around the planner live here, in one place and in this order:
+
+1. the forecast is clipped to what the history supports (``forecast_sanity``);
+2. the planner plans over the offerings not being avoided, counting the
+   model's live serving and backup instances, less those with a spot notice;
+3. the guards: reuse before launch, cool-down, billing minimum, fleet bound,
+   and no retirement while the SLO monitor's backups are being judged;
+4. the spend rails: no launch past the model's or the cluster's $/h.
+
+After the shell has carried out the launches, ``retirements`` says whether
+the plan's retirements may go ahead: not when a launch failed, since they
+counted on capacity that did not come. The SLO monitor's verdict is
+``slo_step``, its backups ``backup_launch``. Pure: no I/O, no clock, no await.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from provisioner.control_state import (
+    SERVING_ROLES,
+    ControlState,
+    Launch,
+    Member,
+    Note,
+    Snapshot,
+    StepConfig,
+)
+from provisioner.forecast_sanity import clip_forecast
+from provisioner.greedy import OptionKey, Plan, PlannerOption, RunningInstance, plan_greedy
+from provisioner.guards import FleetInstance, GuardState, RawDecision, apply_guards
+from provisioner.slo_monitor import (
+    BackupLaunch,
+    SloMonitorConfig,
+    observe_latencies,
+    slo_at_risk,
+)
+from provisioner.spend_rails import RailHit, Spend, SpendLimits, within_rails
+from provisioner.spot import avoid_interrupted, record_interruption
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """What one planning step decided for one model."""
+
+    plan: Plan
+    forecast: tuple[float, ...]
+    """The forecast the plan used (clipped)."""
+    launches: tuple[Launch, ...]
+    retire: tuple[str, ...]
+    held: tuple[tuple[str, str], ...]
+    """(instance id, why it is not retired yet) for unwanted instances kept."""
+    counted: tuple[Member, ...]
+    """This model's serving and backup instances the plan counted."""
+    notes: tuple[Note, ...]
+    state: ControlState
+    """The next state, to keep once the launches are carried out."""
+
+
+def rail_notes(hits: Sequence[RailHit]) -> list[Note]:
+    """Each spend-rail hit as a decision: which offering, how many held back, why."""
+    return [Note("spend-rail", h.explain(), h.key[0], h.key[1], h.wanted - h.allowed) for h in hits]
+
+
+def price_within_rails(
+    requests: Sequence[tuple[OptionKey, int, float]], spend: Spend, limits: SpendLimits
+) -> tuple[dict[OptionKey, int], list[Note]]:
+    """The allowed count per offering, and the rail hits as notes."""
+    allowed, hits, _ = within_rails(requests, spend, limits)
+    return dict(allowed), rail_notes(hits)
+
+
+def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: float) -> PlanStep:
+    """Plan, guard and rail one model's fleet; raises ``NoFeasibleOption`` if nothing can serve."""
+    forecast, clip = clip_forecast(snap.forecast, snap.observed_peak, cfg.bounds)
+    notes = [Note("forecast-clipped", clip.why)] if clip is not None else []
+    now = snap.now
+    control = state.of(snap.model)
+    by_key = {o.key: o for o in snap.options}
+    options = avoid_interrupted(list(snap.options), state.avoid, now)
+    mine = [
+        m
+        for m in snap.mine()
+        if m.live and m.role in SERVING_ROLES and m.instance_id not in state.doomed
+    ]
+    running = [_running(m, by_key[m.key], now, cfg) for m in mine if m.key in by_key]
+    plan = plan_greedy(
+        forecast,
+        running,
+        options,
+        slo_s=rt_max_s,
+        step_s=cfg.step_s,
+        tau_steps=cfg.tau_steps,
+    )
+    decision, guards = apply_guards(
+        RawDecision.from_plan(plan),
+        [FleetInstance(m.instance_id, m.key, m.launched_at) for m in mine],
+        GuardState(control.last_wanted),
+        now,
+        cfg.guard,
+        hold=slo_at_risk(control.slo, now),
+    )
+    allowed, hits = price_within_rails(
+        [(key, n, by_key[key].price_per_hour) for key, n in decision.launch],
+        snap.spend(gone=frozenset(decision.retire)),
+        cfg.limits,
+    )
+    notes += hits
+    why = {it.option.key: it.explain() for it in plan.launch_items()}
+    launches = tuple(
+        Launch(snap.model, key[0], key[1], n, "serving", why.get(key, ""))
+        for key, n in allowed.items()
+    )
+    return PlanStep(
+        plan,
+        tuple(forecast),
+        launches,
+        decision.retire,
+        decision.held,
+        tuple(mine),
+        tuple(notes),
+        state.with_model(snap.model, replace(control, last_wanted=dict(guards.last_wanted))),
+    )
+
+
+def _running(m: Member, option: PlannerOption, now: float, cfg: StepConfig) -> RunningInstance:
+    """An instance as the planner counts it: steps until it serves (0 once ready)."""
+    ready_at = m.launched_at + cfg.boot_s
+    steps_left = 0 if m.state == "ready" else math.ceil((ready_at - now) / cfg.step_s)
+    return RunningInstance(m.instance_id, option, max(0, steps_left))
+
+
+def avoid_offering(state: ControlState, key: OptionKey, now: float, ttl_s: float) -> ControlState:
+    """An offering ran out of capacity: plan without it for ``ttl_s``."""
+    return replace(state, avoid=record_interruption(state.avoid, key, now, ttl_s))
+
+
+def retirements(retire: Sequence[str], failed_launches: int) -> tuple[tuple[str, ...], Note | None]:
+    """The plan's retirements, unless a launch of this step failed.
+
+    The plan retired instances because the launches would cover their load; if
+    any did not happen, retiring now would leave the load uncovered. They wait
+    for the next step, which plans with what actually runs.
+    """
+    if failed_launches == 0 or not retire:
+        return tuple(retire), None
+    return (), Note(
+        "retire-held",
+        f"{failed_launches} launch(es) failed in this step; {len(retire)} retirement(s) "
+        "wait for the next step",
+        count=len(retire),
+    )
+
+
+def slo_step(
+    state: ControlState,
+    model: str,
+    now: float,
+    monitor: SloMonitorConfig,
+    latencies_s: Sequence[float],
+) -> tuple[BackupLaunch | None, ControlState]:
+    """The SLO monitor (paper §4.4): recent latencies in; backups to launch at once if
+    fewer than SL_min of the last M met RT_max (then a hold-off)."""
+    control = state.of(model)
+    action, slo = observe_latencies(control.slo, latencies_s, now, monitor)
+    return action, state.with_model(model, replace(control, slo=slo))
+
+
+def backup_launch(
+    snap: Snapshot,
+    cfg: StepConfig,
+    monitor: SloMonitorConfig,
+    action: BackupLaunch,
+    price_per_hour: float,
+) -> tuple[Launch | None, list[Note]]:
+    """The backups ``slo_step`` asked for, as many as the spend rails allow."""
+    key = (action.instance_type, action.market)
+    allowed, notes = price_within_rails(
+        [(key, action.count, price_per_hour)], snap.spend(), cfg.limits
+    )
+    count = allowed.get(key, 0)
+    if count == 0:
+        return None, notes
+    why = (
+        f"only {action.service_level:.1%} of the last {monitor.window} requests met "
+        f"RT_max {monitor.rt_max_s * 1000:g} ms (SL_min {monitor.sl_min:.0%})"
+    )
+    return Launch(snap.model, action.instance_type, action.market, count, "backup", why), notes
