@@ -91,7 +91,7 @@ async def _frontend(agent_url: str) -> None:
     from mark.clock import WallClock
     from mark.config import load_settings
     from mark.daemon import serving, start_api
-    from mark.dispatcher import Backend
+    from mark.serve.dispatcher import Backend
 
     settings = load_settings(
         overrides={

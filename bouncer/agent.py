@@ -1,7 +1,8 @@
 """The instance agent: an HTTP server on each instance hosting the model runner and the Bouncer.
 
 ``POST /v1/batch`` takes ``{"instances": [...], "dtype": "float32", "deadlines": [...]}``
-(deadlines are absolute Unix times) and answers with two JSON lines, streamed:
+(deadlines are absolute Unix times) and answers with two JSON lines, streamed
+(the protocol is ``bouncer.wire``'s, which the dispatcher speaks too):
 
 1. at once, the admission: ``{"admitted": [i, ...], "rejected": [j, ...], "finish": t}`` —
    so the frontend can spill the rejected requests to Lambda while they still
@@ -23,11 +24,12 @@ multiply every hiccup of a shared machine by the slowdown, and the instance
 would run slower than the profile the Bouncer and the planner reason with.
 1.0 means this machine's speed.
 
-The Bouncer's ``busy_until`` is a prediction. Each time a batch ends it is
-set again to that moment plus the profiled time of the batches still queued,
-so a batch that overran (a machine busier than its profile) pushes back the
-queue behind it and later offers are judged against when the instance will
-really be free, instead of being admitted into a backlog that misses RT_max.
+The Bouncer's ``busy_until`` is a prediction (``bouncer.admission.Backlog``,
+the queue state the simulator keeps too). Each time a batch ends it is set
+again to that moment plus the profiled time of the batches still queued, so a
+batch that overran (a machine busier than its profile) pushes back the queue
+behind it and later offers are judged against when the instance will really be
+free, instead of being admitted into a backlog that misses RT_max.
 """
 
 from __future__ import annotations
@@ -46,18 +48,23 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-import orjson
 from aiohttp import web
 
 from bouncer import event_loop
-from bouncer.admission import Admission, admit
+from bouncer.admission import Admission, Backlog
 from bouncer.latency import BatchLatency
 from bouncer.runner import ModelLoadError, ModelRunner
-from bouncer.wire import dump_json
+from bouncer.wire import (
+    BATCH_PATH,
+    DTYPES,
+    NDJSON_TYPE,
+    decode_batch,
+    encode_error,
+    encode_outputs,
+    encode_verdict,
+)
 
 log = logging.getLogger("mark.agent")
-
-DTYPES = {"float32", "float64", "int64", "int32", "uint8", "bool"}
 
 
 @dataclass
@@ -142,14 +149,20 @@ class Agent:
     timer: Callable[[], float] = time.perf_counter  # times a batch
     pause: Callable[[float], None] = time.sleep  # sleeps out the emulated rest of a batch
     imds: ImdsPoller | None = None
-    busy_until: float = 0.0
-    queue_depth: int = 0
-    queued_s: float = 0.0  # profiled time of the admitted batches not finished yet
+    backlog: Backlog = field(default_factory=Backlog)
     stats: AgentStats = field(default_factory=AgentStats)
     _executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner")
     )
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def busy_until(self) -> float:
+        return self.backlog.busy_until
+
+    @property
+    def queue_depth(self) -> int:
+        return self.backlog.depth
 
     def expected_latency(self, batch: int) -> float:
         return self.latency(batch) * self.slowdown
@@ -165,48 +178,27 @@ class Agent:
 
     def offer(self, deadlines: list[float]) -> Admission:
         """The Bouncer's verdict on a batch offered now; what it admits joins the queue."""
-        decision = admit(self.clock(), self.busy_until, deadlines, self.expected_latency)
-        if decision.size:
-            self.busy_until = decision.finish
-            self.queue_depth += decision.size
-            self.queued_s += decision.finish - decision.start
+        decision = self.backlog.offer(self.clock(), deadlines, self.expected_latency)
         self.stats.rejected += len(decision.rejected)
         return decision
 
     def done(self, decision: Admission) -> None:
         """An admitted batch has ended: the queue behind it is as late (or early) as it was."""
-        self.queue_depth -= decision.size
-        self.queued_s -= decision.finish - decision.start
-        if self.queue_depth == 0:
-            self.queued_s = 0.0
-        self.busy_until = self.clock() + self.queued_s
+        self.backlog.done(self.clock(), decision)
 
     async def handle_batch(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = orjson.loads(await request.read())
-            if not isinstance(body, dict):
-                raise TypeError("the body must be a JSON object")
-            dtype = body.get("dtype", "float32")
-            if dtype not in DTYPES:
-                raise ValueError(f"unsupported dtype {dtype!r}")
-            batch = np.asarray(body["instances"], dtype=dtype)
-            deadlines = [float(d) for d in body["deadlines"]]
-            if batch.ndim < 1 or len(deadlines) != batch.shape[0] or not deadlines:
-                raise ValueError("need one deadline per instance and at least one instance")
+            batch, deadlines = decode_batch(await request.read())
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError too
             return web.json_response({"error": f"bad batch: {exc}"}, status=400)
 
         decision = self.offer(deadlines)
 
-        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        head = {
-            "admitted": list(decision.admitted),
-            "rejected": list(decision.rejected),
-            "finish": decision.finish,
-        }
+        resp = web.StreamResponse(headers={"Content-Type": NDJSON_TYPE})
+        head = encode_verdict(decision.admitted, decision.rejected, decision.finish)
         try:
             await resp.prepare(request)
-            await resp.write(dump_json(head) + b"\n")
+            await resp.write(head)
         except BaseException:  # the caller went away: its batch will not run
             if decision.size:
                 self.done(decision)
@@ -214,6 +206,8 @@ class Agent:
         if not decision.size:
             await resp.write_eof()
             return resp
+        out: Any = None
+        error: str | None = None
         try:
             async with self._lock:  # one batch at a time, in arrival order
                 loop = asyncio.get_running_loop()
@@ -222,14 +216,13 @@ class Agent:
                 )
             self.stats.served += decision.size
             self.stats.batches += 1
-            tail: dict[str, Any] = {"outputs": out}
         except Exception as exc:  # a model failure is reported, never crashes the agent
             log.exception("batch failed")
             self.stats.errors += decision.size
-            tail = {"error": f"inference failed: {type(exc).__name__}: {exc}"}
+            error = f"inference failed: {type(exc).__name__}: {exc}"
         finally:
             self.done(decision)
-        await resp.write(dump_json(tail) + b"\n")
+        await resp.write(encode_outputs(out) if error is None else encode_error(error))
         await resp.write_eof()
         return resp
 
@@ -250,7 +243,7 @@ class Agent:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.add_routes([web.post("/v1/batch", self.handle_batch), web.get("/health", self.health)])
+        app.add_routes([web.post(BATCH_PATH, self.handle_batch), web.get("/health", self.health)])
         # On cleanup, not shutdown: aiohttp still answers requests in flight (and ones
         # arriving on kept-alive connections) between the two, and they need the runner.
         app.on_cleanup.append(self._shutdown)

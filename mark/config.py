@@ -199,7 +199,7 @@ class PredictorSpec(_Strict):
     refit_every_minutes: int = Field(default=1440, ge=60, description="refit schedule (nightly)")
     refit_at_minute_of_day: int | None = Field(default=180, ge=0, lt=1440)
     min_history_minutes: int = Field(
-        default=1440, ge=60, description="observed minutes before the first fit; fallback until"
+        default=1440, ge=60, description="observed minutes before a learned model first fits"
     )
     max_forecast_multiple: float | None = Field(
         default=2.0,

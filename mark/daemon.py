@@ -18,53 +18,26 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import aiohttp
-import numpy as np
 from aiohttp import web
 
 from bouncer.latency import BatchLatency
-from bouncer.runner import ModelRunner
-from mark.api.app import STATE, Served, build_app
-from mark.billing import provisioned_hourly
-from mark.catalog import Market, load_catalog
+from mark.catalog import Catalog, Market, load_catalog
 from mark.clock import WallClock
-from mark.cloud.aws.world import AwsWorld
-from mark.cloud.local.agents import AgentModel, default_slowdown
-from mark.cloud.local.world import LocalWorld
-from mark.config import ModelSpec, Settings
-from mark.control import (
-    LIVE,
-    Controller,
-    build_options,
-    online_predictor,
-)
-from mark.demo import DEMO_SOURCE, ensure_demo_model
-from mark.dispatcher import Backend, Dispatcher
-from mark.errors import ConfigError, UnknownOffering
-from mark.ports import Serverless
+from mark.config import Settings
+from mark.control import Controller, build_options, online_predictor, resolve_source
+from mark.ports import Fleet, Serverless
+from mark.serve.dispatcher import Backend, Dispatcher
+from mark.serve.endpoint import STATE, Served, build_app
+from mark.serve.telemetry import Telemetry
 from mark.state import SqlStore, open_store
-from mark.telemetry import Telemetry
-from provisioner.batching import PROFILE_BATCHES, serving_batching
+from mark.world import Job, World, open_world
+from provisioner.batching import serving_batching
 
 log = logging.getLogger("mark.daemon")
-
-
-def resolve_source(spec: ModelSpec, data_dir: Path) -> str:
-    """The model file every process loads; the demo model is built here, once, if missing."""
-    if spec.source == DEMO_SOURCE:
-        return str(ensure_demo_model(data_dir))
-    return spec.source
-
-
-def measure_latency(source: str, spec: ModelSpec) -> BatchLatency:
-    """T_b of this model on this machine (real inference, warm-up, median of runs)."""
-    runner = ModelRunner(source)
-    return runner.profile(np.zeros(spec.input.shape, dtype=spec.input.dtype), PROFILE_BATCHES)
 
 
 def backend_for(
@@ -117,13 +90,14 @@ class Running:
 
     settings: Settings
     store: SqlStore
-    world: LocalWorld | AwsWorld
+    world: World
     session: aiohttp.ClientSession
     models: dict[str, Served]
     runner: web.AppRunner
     url: str
     controller: Controller | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
 
 
 async def _flush(run: Running, everything: bool = False) -> None:
@@ -136,32 +110,14 @@ async def _flush(run: Running, everything: bool = False) -> None:
             await run.store.add_arrivals(windows)
         for r in rollups:
             await run.store.add_latency_rollup(r)
-        if isinstance(run.world, AwsWorld) and run.world.metrics is not None:
-            run.world.metrics.observe(windows, rollups)
+        run.world.observe(windows, rollups)
     if run.world.serverless is not None:
         charges = run.world.serverless.take_charges()
         if charges:
             await run.store.add_charges(charges)
 
 
-async def _publish_metrics(run: Running) -> None:
-    """One CloudWatch period: arrivals and SLO from telemetry, cost of the live fleet now."""
-    world = run.world
-    if not isinstance(world, AwsWorld) or world.metrics is None or world.agents is None:
-        return
-    catalog = run.controller.catalog if run.controller is not None else load_catalog()
-    cost: dict[str, float] = {name: 0.0 for name in run.models}
-    for inst in world.agents.instances:
-        if inst.state in LIVE and inst.model in cost:
-            try:
-                cost[inst.model] += catalog.offering(inst.instance_type, inst.market).price_per_hour
-            except UnknownOffering:
-                continue
-    world.metrics.set_cost_rate(cost)
-    await world.metrics.publish(WallClock().now())
-
-
-async def _every(seconds: float, what: str, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+async def _every(seconds: float, what: str, fn: Callable[[], Awaitable[None]]) -> None:
     while True:
         await asyncio.sleep(seconds)
         try:
@@ -209,34 +165,55 @@ async def _handle_interruptions(run: Running) -> None:
             log.exception("handling the interruption of %s failed", notice.instance_id)
 
 
-async def start(settings: Settings) -> Running:
-    if settings.world not in ("local", "aws"):
-        raise ConfigError(
-            f"world {settings.world!r} cannot run as a daemon; use 'local' or 'aws' "
-            "(the simulator runs the sim world)"
-        )
-    store = await open_store(settings.db_url, upgrade=True)
-    clock = WallClock()
-    catalog = load_catalog()
-    sources = {m.name: resolve_source(m, settings.data_dir) for m in settings.models}
-    world: LocalWorld | AwsWorld
-    if settings.world == "aws":
-        world = AwsWorld(settings, clock.now)
-    else:
-        world = LocalWorld(
-            settings.aws.region,
+async def _controller(
+    settings: Settings,
+    world: World,
+    fleet: Fleet,
+    store: SqlStore,
+    sources: dict[str, str],
+    catalog: Catalog,
+) -> Controller:
+    """The control loop, rating each offering from the latency the world plans with."""
+    options = {}
+    standby_capacity = {}
+    for m in settings.models:
+        types = [*settings.offerings.types, *settings.offerings.standby_types]
+        latency = await world.planning_latency(m, sources[m.name], catalog, types)
+        standby = build_options(
+            m,
             catalog,
-            {
-                m.name: AgentModel(sources[m.name], tuple(m.input.shape), m.input.dtype)
-                for m in settings.models
-            },
-            clock.now,
-            boot_delay_s=settings.local.boot_delay_s,
-            lambda_env={"MARK_DATA_DIR": str(settings.data_dir)},
-            lambda_concurrency=settings.local.lambda_concurrency,
-            lambda_memory_mb=settings.local.lambda_memory_mb,
-            slowdown=settings.local.slowdown,
+            settings.offerings.standby_types[:1],
+            [Market.ON_DEMAND],
+            latency,
+            boot_s=world.boot_s,
         )
+        standby_capacity[m.name] = standby[0].capacity_rps if standby else 0.0
+        options[m.name] = build_options(
+            m,
+            catalog,
+            settings.offerings.types,
+            settings.offerings.markets,
+            latency,
+            boot_s=world.boot_s,
+        )
+    return Controller(
+        settings,
+        fleet,
+        store,
+        options,
+        boot_s=world.boot_s,
+        predictors={m.name: online_predictor(settings) for m in settings.models},
+        catalog=catalog,
+        standby_capacity=standby_capacity,
+        fixed_hourly=world.fixed_hourly(catalog),
+    )
+
+
+async def start(settings: Settings) -> Running:
+    clock = WallClock()
+    sources = {m.name: resolve_source(m, settings.data_dir) for m in settings.models}
+    world = open_world(settings, sources, clock.now)  # before the store: a bad world fails first
+    store = await open_store(settings.db_url, upgrade=True)
     try:
         await world.start()
     except BaseException:
@@ -248,64 +225,13 @@ async def start(settings: Settings) -> Running:
     runner, (host, port) = await start_api(settings, models)
     run = Running(settings, store, world, session, models, runner, f"http://{host}:{port}")
 
-    aws = isinstance(world, AwsWorld)
-    if isinstance(world, AwsWorld):
-        offered = settings.offerings
-        catalog = await world.prices(
-            catalog,
-            [*offered.types, *offered.standby_types, settings.slo_monitor.instance_type],
-        )
-    if (aws or settings.local.control_loop) and world.fleet is not None:
-        # Planning estimate: this machine's T_b stretched per type (local: the profile the
-        # agents emulate, measured once at world start, not again under load; aws: the
-        # documented default rule, until a profile per type is measured).
-        slowdown = default_slowdown(catalog, None if aws else settings.local.slowdown)
-        boot_s = settings.aws.boot_s if aws else settings.local.boot_delay_s + 5.0
-        options = {}
-        standby_capacity = {}
-        for m in settings.models:
-            if isinstance(world, LocalWorld) and m.name in world.profiles:
-                measured = world.profiles[m.name]  # exactly what every agent emulates
-            else:
-                measured = await asyncio.to_thread(measure_latency, sources[m.name], m)
-            types = [*settings.offerings.types, *settings.offerings.standby_types]
-            latency = {t: measured.scaled(slowdown(t)) for t in types}
-            standby = build_options(
-                m,
-                catalog,
-                settings.offerings.standby_types[:1],
-                [Market.ON_DEMAND],
-                latency,
-                boot_s=boot_s,
-            )
-            standby_capacity[m.name] = standby[0].capacity_rps if standby else 0.0
-            options[m.name] = build_options(
-                m,
-                catalog,
-                settings.offerings.types,
-                settings.offerings.markets,
-                latency,
-                boot_s=boot_s,
-            )
-        run.controller = Controller(
-            settings,
-            world.fleet,
-            store,
-            options,
-            boot_s=boot_s,
-            predictors={m.name: online_predictor(settings) for m in settings.models},
-            catalog=catalog,
-            standby_capacity=standby_capacity,
-            fixed_hourly=(
-                provisioned_hourly(
-                    catalog.lambda_prices,
-                    settings.aws.spill_provisioned_concurrency,
-                    settings.aws.spill_memory_mb,
-                )
-                if aws
-                else 0.0
-            ),
-        )
+    offered = settings.offerings
+    catalog = await world.prices(
+        load_catalog(),
+        [*offered.types, *offered.standby_types, settings.slo_monitor.instance_type],
+    )
+    if world.control_loop and world.fleet is not None:
+        run.controller = await _controller(settings, world, world.fleet, store, sources, catalog)
         runner.app[STATE].more_metrics = run.controller.prometheus
         # A restarted daemon plans with the fleet it left behind, never buying it twice.
         adopted = await run.controller.adopt(clock.now())
@@ -317,17 +243,9 @@ async def start(settings: Settings) -> Running:
         if world.interruptions is not None:
             run.tasks.append(asyncio.create_task(world.interruptions.run()))
     run.tasks.append(asyncio.create_task(_every(1.0, "agent sync", lambda: _sync_backends(run))))
-    if isinstance(world, AwsWorld) and settings.aws.spill_warm_every_s > 0:
-        run.tasks.append(
-            asyncio.create_task(
-                _every(settings.aws.spill_warm_every_s, "spill warm-up", world.warm_up)
-            )
-        )
-    if isinstance(world, AwsWorld) and world.metrics is not None:
-        period = settings.aws.metrics_period_s
-        run.tasks.append(
-            asyncio.create_task(_every(period, "CloudWatch metrics", lambda: _publish_metrics(run)))
-        )
+    run.jobs = world.jobs(catalog)
+    for job in run.jobs:
+        run.tasks.append(asyncio.create_task(_every(job.every_s, job.name, job.run)))
     run.tasks.append(
         asyncio.create_task(
             _every(settings.timings.sample_window_s, "telemetry flush", lambda: _flush(run))
@@ -349,8 +267,10 @@ async def stop(run: Running) -> None:
             await served.dispatcher.close()
     with contextlib.suppress(Exception):
         await _flush(run, everything=True)
-    with contextlib.suppress(Exception):
-        await _publish_metrics(run)  # the last, partial period too
+    for job in run.jobs:
+        if job.at_stop:
+            with contextlib.suppress(Exception):
+                await job.run()  # e.g. the last, partial metrics period
     await run.runner.cleanup()
     await run.session.close()
     await run.world.close()

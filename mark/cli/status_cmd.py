@@ -99,10 +99,13 @@ def plan(
                 highlight=False,
             )
             for d in p.decisions:
-                what = (
-                    f"{d.count}× {d.instance_type}/{d.market}" if d.instance_type else d.instance_id
+                if d.instance_type:
+                    what = f": {d.count}× {d.instance_type}" + (f"/{d.market}" if d.market else "")
+                else:
+                    what = f": {d.instance_id}" if d.instance_id else ""
+                console.print(
+                    f"  {d.action}{what}" + (f" — {d.reason}" if explain else ""), highlight=False
                 )
-                console.print(f"  {d.action}: {what}" + (f" — {d.reason}" if explain else ""))
             if explain:
                 for line in p.explanation.get("lines", []):
                     console.print(f"  · {line}", highlight=False)

@@ -63,15 +63,19 @@ def build_options(
 
 
 def online_predictor(settings: Settings) -> OnlinePredictor:
-    """The configured model behind the refit schedule; a saved model serves from the start."""
-    from predictor.registry import create, load
+    """The configured model behind the refit schedule; a saved model serves from the start.
+
+    A naive model (last, seasonal, paper) learns nothing, so it serves from the
+    first observed minute; a learned one waits for ``min_history_minutes`` of them.
+    """
+    from predictor.registry import NAIVE, create, load
 
     spec = settings.predictor
     online = OnlinePredictor(
         lambda: create(spec.model),
         RefitPolicy(
             every_minutes=spec.refit_every_minutes,
-            min_history=spec.min_history_minutes,
+            min_history=1 if spec.model in NAIVE else spec.min_history_minutes,
             at_minute_of_day=spec.refit_at_minute_of_day,
         ),
     )

@@ -34,6 +34,7 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
+from bouncer.wire import SERVED_BY_HEADER
 from mark.errors import MarkError
 
 Api = Literal["v1", "v2"]
@@ -48,7 +49,7 @@ _V2_DTYPES: dict[str, str] = {
     "BOOL": "bool",
 }
 # Where a response may name what served it; the first one present wins.
-SERVED_BY_HEADERS = ("X-Mark-Served-By", "X-Served-By")
+SERVED_BY_HEADERS = (SERVED_BY_HEADER, "X-Served-By")
 _SPILLED_METRIC = re.compile(
     r'^mark_requests_total\{model="(?P<model>[^"]+)",outcome="spilled"\}\s+(?P<n>[0-9.eE+-]+)$',
     re.MULTILINE,

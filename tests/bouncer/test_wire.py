@@ -20,3 +20,28 @@ def test_arrays_of_every_layout_round_trip() -> None:
 def test_what_json_cannot_hold_is_a_type_error() -> None:
     with pytest.raises(TypeError):
         dump_json({"x": object()})
+
+
+def test_the_agent_protocol_round_trips() -> None:
+    from bouncer.wire import (
+        SERVED_BY_HEADER,
+        decode_batch,
+        decode_result,
+        decode_verdict,
+        encode_batch,
+        encode_error,
+        encode_outputs,
+        encode_verdict,
+    )
+
+    rows = np.arange(6, dtype=np.float32).reshape(3, 2)
+    batch, deadlines = decode_batch(encode_batch(rows, "float32", [1.0, 2.0, 3.0]))
+    assert batch.dtype == np.float32 and np.array_equal(batch, rows) and deadlines == [1, 2, 3]
+    for bad in (b"[]", b'{"instances": [[1]], "deadlines": [1, 2]}', b'{"instances": [1]}'):
+        with pytest.raises((ValueError, KeyError, TypeError)):
+            decode_batch(bad)
+    head = encode_verdict((0, 2), (1,), 12.5)
+    assert head.endswith(b"\n") and decode_verdict(head) == ([0, 2], [1], 12.5)
+    assert decode_result(encode_outputs(rows[:2])) == ([[0.0, 1.0], [2.0, 3.0]], None)
+    assert decode_result(encode_error("boom")) == (None, "boom")
+    assert SERVED_BY_HEADER == "X-Mark-Served-By"  # clients read it: a public name

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bouncer.runner import ModelRunner
+from bouncer.wire import SERVED_BY_HEADER
 from mark.catalog import Market
 from mark.config import load_settings
 from mark.daemon import start, stop
@@ -75,7 +76,7 @@ async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: 
                 body = {"instances": [images[i].tolist()]}
                 async with session.post(f"{run.url}/v1/models/digits:predict", json=body) as r:
                     assert r.status == 200, await r.text()
-                    who.append(r.headers["X-Mark-Served-By"])
+                    who.append(r.headers[SERVED_BY_HEADER])
                     return (await r.json())["predictions"][0]  # type: ignore[no-any-return]
 
             got = await asyncio.gather(*(one(i) for i in range(n)))

@@ -34,6 +34,17 @@ def test_help_lists_the_commands_that_exist() -> None:
         assert cmd in out.stdout
 
 
+def test_config_show_has_the_spend_rails_and_they_can_be_set() -> None:
+    out = run("config", "show")
+    assert out.returncode == 0, out.stderr
+    assert "max_hourly_per_model: 5.0" in out.stdout and "max_hourly_cluster: 10.0" in out.stdout
+    off = run("--set", "budget.max_hourly_cluster=null", "config", "show")
+    assert off.returncode == 0, off.stderr
+    assert "max_hourly_cluster: null" in off.stdout
+    bad = run("--set", "budget.max_hourly_per_model=-1", "config", "show")
+    assert bad.returncode == 2 and "max_hourly_per_model" in bad.stderr
+
+
 def test_catalog_inferentia_json_lists_inf1_and_inf2_in_both_markets() -> None:
     out = run("catalog", "--accelerator", "inferentia", "--format", "json")
     assert out.returncode == 0, out.stderr
@@ -192,8 +203,14 @@ def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
                 {"lines": ["buy c5.large/on-demand: $0.0001/req over steps 5-59"], "held": []},
                 [
                     Decision(
+                        "digits",
+                        now,
+                        "forecast-clipped",
+                        "forecast peak 368.1 r/s is above 2× the observed peak 28.8 r/s",
+                    ),
+                    Decision(
                         "digits", now, "launch", "cheapest per request", "c5.large", "on-demand", 2
-                    )
+                    ),
                 ],
             )
         )
@@ -219,6 +236,7 @@ def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
     out = run("--set", f"database_url={url}", "plan", "--explain")
     assert out.returncode == 0, out.stderr
     assert "launch: 2× c5.large/on-demand — cheapest per request" in out.stdout
+    assert "forecast-clipped — forecast peak 368.1 r/s is above 2×" in out.stdout
     assert "buy c5.large/on-demand" in out.stdout and "15.5 r/s" in out.stdout
     st = run("--set", f"database_url={url}", "status")
     assert st.returncode == 0, st.stderr

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
+from bouncer.wire import SERVED_BY_HEADER
 from mark.demo.loadgen import (
     LoadgenError,
     ModelInput,
@@ -139,7 +140,7 @@ async def _server(delay_s: float) -> tuple[web.AppRunner, str, list[dict[str, An
         lam = len(seen) % 2 == 0
         state["spilled"] += lam
         return web.json_response(
-            {"outputs": []}, headers={"X-Mark-Served-By": "lambda" if lam else "i-1"}
+            {"outputs": []}, headers={SERVED_BY_HEADER: "lambda" if lam else "i-1"}
         )
 
     async def metrics(_: web.Request) -> web.Response:

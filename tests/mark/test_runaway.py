@@ -23,9 +23,9 @@ from mark.catalog import load_catalog
 from mark.clock import ManualClock
 from mark.config import load_settings
 from mark.control import LIVE, Controller, build_options, online_predictor
+from mark.serve.telemetry import Telemetry
 from mark.sim.fleet import SimFleet
 from mark.state import open_store
-from mark.telemetry import Telemetry
 
 T0 = 1_800_000_000.0
 RATE = 25.0

@@ -10,12 +10,15 @@ alone (the Invoke stand-in); nothing here knows or asks which it is talking to.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from bouncer.latency import BatchLatency
+from mark.billing import provisioned_hourly
 from mark.catalog import Catalog
 from mark.cloud.aws.agents import AgentDirectory
 from mark.cloud.aws.fleet import AwsFleet, LaunchTemplateRef
@@ -24,10 +27,16 @@ from mark.cloud.aws.lambda_ import AwsLambda
 from mark.cloud.aws.metrics import CloudWatchMetrics
 from mark.cloud.aws.pricing import refresh_on_demand_prices
 from mark.cloud.aws.spot_prices import refresh_spot_prices
-from mark.config import Settings
-from mark.errors import CloudError, ConfigError
+from mark.cloud.local.agents import default_slowdown
+from mark.config import ModelSpec, Settings
+from mark.errors import CloudError, ConfigError, UnknownOffering
+from mark.ports import InstanceState
+from mark.state.records import ArrivalWindow, LatencyRollup
+from mark.world import Job
 
 log = logging.getLogger("mark.aws")
+
+_LIVE = {InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY}
 
 
 @dataclass
@@ -96,6 +105,63 @@ class AwsWorld:
                 endpoint_url=aws.endpoint_url,
             )
             await self.metrics.open()
+
+    @property
+    def boot_s(self) -> float:
+        return self.settings.aws.boot_s
+
+    @property
+    def control_loop(self) -> bool:
+        return True
+
+    async def planning_latency(
+        self, spec: ModelSpec, source: str, catalog: Catalog, types: Sequence[str]
+    ) -> dict[str, BatchLatency]:
+        """This machine's T_b stretched per type by the documented default rule (8/vCPUs
+        for CPU types, 1 for GPU and Inferentia), until a profile per type is measured."""
+        from mark.control.setup import measure_latency
+
+        measured = await asyncio.to_thread(measure_latency, source, spec)
+        slowdown = default_slowdown(catalog, None)
+        return {t: measured.scaled(slowdown(t)) for t in types}
+
+    def jobs(self, catalog: Catalog) -> list[Job]:
+        aws = self.settings.aws
+        out = []
+        if aws.spill_warm_every_s > 0:
+            out.append(Job(aws.spill_warm_every_s, "spill warm-up", self.warm_up))
+        if self.metrics is not None:
+
+            async def publish() -> None:
+                await self.publish_metrics(catalog)
+
+            out.append(Job(aws.metrics_period_s, "CloudWatch metrics", publish, at_stop=True))
+        return out
+
+    def observe(self, windows: Sequence[ArrivalWindow], rollups: Sequence[LatencyRollup]) -> None:
+        if self.metrics is not None:
+            self.metrics.observe(windows, rollups)
+
+    async def publish_metrics(self, catalog: Catalog) -> None:
+        """One CloudWatch period: arrivals and SLO from telemetry, cost of the live fleet now."""
+        if self.metrics is None or self.agents is None:
+            return
+        cost = dict.fromkeys(self.models, 0.0)
+        for inst in self.agents.instances:
+            if inst.state in _LIVE and inst.model in cost:
+                try:
+                    price = catalog.offering(inst.instance_type, inst.market).price_per_hour
+                except UnknownOffering:
+                    continue
+                cost[inst.model] += price
+        self.metrics.set_cost_rate(cost)
+        await self.metrics.publish(self.clock())
+
+    def fixed_hourly(self, catalog: Catalog) -> float:
+        aws = self.settings.aws
+        return provisioned_hourly(
+            catalog.lambda_prices, aws.spill_provisioned_concurrency, aws.spill_memory_mb
+        )
 
     async def warm_up(self) -> None:
         """Ping the spill function so ``aws.spill_warm_concurrency`` runtimes hold each model."""

@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,8 +28,11 @@ from mark.cloud.aws.fleet import AwsFleet, LaunchTemplateRef
 from mark.cloud.aws.interruptions import EVENT_PATTERN, SqsInterruptionSource
 from mark.cloud.local.agents import AgentModel, AgentSupervisor, default_slowdown
 from mark.cloud.local.lambda_ import LocalLambda
+from mark.config import ModelSpec
 from mark.errors import CloudError
 from mark.ports import InterruptionNotice, NoticeKind
+from mark.state.records import ArrivalWindow, LatencyRollup
+from mark.world import Job
 from provisioner.batching import PROFILE_BATCHES
 
 log = logging.getLogger("mark.local")
@@ -113,6 +116,7 @@ class LocalWorld:
     lambda_concurrency: int = 4
     lambda_memory_mb: int = 2048
     slowdown: Mapping[str, float] = field(default_factory=dict)
+    control_loop: bool = True
     profiles: dict[str, BatchLatency] = field(default_factory=dict)
     """T_b per model on this machine (measured at start unless given), what agents emulate."""
     endpoint: str = ""
@@ -123,6 +127,34 @@ class LocalWorld:
     cluster: str = field(default_factory=lambda: f"local-{uuid.uuid4().hex[:8]}")
     _moto: object | None = None
     _reclaims: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def boot_s(self) -> float:
+        """The emulated boot delay plus the agent's start (about 5 s here)."""
+        return self.boot_delay_s + 5.0
+
+    async def prices(self, catalog: Catalog, instance_types: Sequence[str]) -> Catalog:
+        return catalog  # the shipped us-east-1 prices
+
+    async def planning_latency(
+        self, spec: ModelSpec, source: str, catalog: Catalog, types: Sequence[str]
+    ) -> dict[str, BatchLatency]:
+        """The profile every agent emulates (measured once at start), stretched per type by
+        the local world's emulated slowdown: the one rule-based profile in mark."""
+        measured = self.profiles.get(spec.name)
+        if measured is None:
+            measured = await asyncio.to_thread(measure_profile, self.models[spec.name])
+        slowdown = default_slowdown(catalog, self.slowdown)
+        return {t: measured.scaled(slowdown(t)) for t in types}
+
+    def jobs(self, catalog: Catalog) -> list[Job]:
+        return []
+
+    def observe(self, windows: Sequence[ArrivalWindow], rollups: Sequence[LatencyRollup]) -> None:
+        return None
+
+    def fixed_hourly(self, catalog: Catalog) -> float:
+        return 0.0
 
     async def start(self) -> None:
         for key, value in _FAKE_CREDENTIALS.items():  # moto accepts any; never real ones

@@ -103,3 +103,15 @@ def test_a_burstable_standby_slows_to_its_baseline_when_credits_run_out() -> Non
     eng.set_servers([srv])
     eng.serve_until(5.0)
     assert eng.lat.tolist() == pytest.approx([0.3, 1.0])
+
+
+def test_idle_instances_of_one_type_are_picked_by_id_as_the_dispatcher_does() -> None:
+    curve = BatchLatency(((1, 0.1),))
+    b = Server("i-b", "c5.large", "on-demand", "serving", curve)
+    a = Server("i-a", "c5.large", "on-demand", "serving", curve)
+    eng, _ = _engine([0.0, 0.5, 0.5], 1.0)
+    eng.set_servers([b, a])
+    eng.serve_until(1.0)
+    # Both idle at 0 and again at 0.5: i-a first, then i-b takes the one i-a cannot.
+    assert eng.lat.tolist() == pytest.approx([0.1, 0.1, 0.1])
+    assert (a.served, b.served) == (2, 1)

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mark.api.codec import BadRequest, encode_v1, encode_v2, parse_json, parse_v1, parse_v2
 from mark.config import InputSchema
+from mark.serve.codec import BadRequest, encode_v1, encode_v2, parse_json, parse_v1, parse_v2
 
 S = InputSchema(shape=(2, 3), dtype="float32")
 ONE = [[0, 1, 2], [3, 4, 5]]

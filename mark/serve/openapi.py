@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bouncer.wire import SERVED_BY_HEADER
 from mark.config import Settings
 
 _ERROR = {
@@ -155,7 +156,7 @@ def _json(props: dict[str, Any]) -> dict[str, Any]:
 
 
 _SERVED_BY = {
-    "X-Mark-Served-By": {
+    SERVED_BY_HEADER: {
         "description": (
             "who answered, comma-separated if the request's instances went to several: "
             'instance ids, or "lambda" for the spill function'

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from mark.api.app import Served, build_app
+from bouncer.wire import SERVED_BY_HEADER
 from mark.config import load_settings
-from mark.dispatcher import Dispatcher
 from mark.ports import SpillResult
-from mark.telemetry import Telemetry
+from mark.serve.dispatcher import Dispatcher
+from mark.serve.endpoint import Served, build_app
+from mark.serve.telemetry import Telemetry
 
 
 class EchoSum:
@@ -51,14 +52,14 @@ async def test_v1_and_v2_predict(client: TestClient[Any, Any]) -> None:
     ones = [[[1.0] * 8] * 8]
     r = await client.post("/v1/models/digits:predict", json={"instances": [ZERO, ones]})
     assert r.status == 200 and (await r.json())["predictions"] == [[0.0], [64.0]]
-    assert r.headers["X-Mark-Served-By"] == "lambda"  # no instances: the spill function
+    assert r.headers[SERVED_BY_HEADER] == "lambda"  # no instances: the spill function
     body = {
         "inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [2.0] * 64}]
     }
     r = await client.post("/v2/models/digits/infer", json=body)
     out = (await r.json())["outputs"][0]
     assert r.status == 200 and out["data"] == [128.0] and out["shape"] == [1, 1]
-    assert r.headers["X-Mark-Served-By"] == "lambda"
+    assert r.headers[SERVED_BY_HEADER] == "lambda"
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mark.telemetry import Telemetry
+from mark.serve.telemetry import Telemetry
 
 
 def test_arrivals_per_window_and_minute_rollups_close_on_time() -> None:

@@ -3,10 +3,12 @@
 Every request carries its deadline (arrival + RT_max). The batcher takes the
 oldest request, picks the instance that can finish it soonest, and fills a
 batch for that instance until its N_batch is reached or W_batch has passed
-since that request arrived — a batch never waits longer. The instance's
-Bouncer answers at once with what it admits; what it rejects, and everything
-when no instance exists, goes to the ``Serverless`` port straight away. Every
-request ends in an ``Outcome``: an output, or an explicit error. None is lost.
+since that request arrived — a batch never waits longer. That rule is
+``bouncer.routing``'s, which the simulator applies too; the batch goes to the
+agent in ``bouncer.wire``'s protocol. The instance's Bouncer answers at once
+with what it admits; what it rejects, and everything when no instance exists,
+goes to the ``Serverless`` port straight away. Every request ends in an
+``Outcome``: an output, or an explicit error. None is lost.
 """
 
 from __future__ import annotations
@@ -20,23 +22,17 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-import orjson
 
 from bouncer.latency import BatchLatency
-from bouncer.wire import dump_json
+from bouncer.routing import SPILL_CHUNK, due_at, finish_if_sent, pick, window_end
+from bouncer.wire import BATCH_PATH, JSON_TYPE, decode_result, decode_verdict, encode_batch
 from mark.errors import CloudError
 from mark.ports import Serverless
-from mark.telemetry import Telemetry
+from mark.serve.telemetry import Telemetry
 
 log = logging.getLogger("mark.dispatcher")
 
-_JSON = {"Content-Type": "application/json"}
-
-SPILL_CHUNK = 1
-"""Requests per Lambda invocation. One: a Lambda runs its requests one after the
-other (2 vCPUs, no batching gain), so a chunk of k answers its last request
-k × T_1 late; separate invocations run side by side, and the per-request price
-is $0.20 per million."""
+_JSON = {"Content-Type": JSON_TYPE}
 
 
 @dataclass
@@ -52,7 +48,7 @@ class Backend:
     busy_until: float = 0.0
 
     def finish_if_sent(self, now: float, size: int = 1) -> float:
-        return max(now, self.busy_until) + self.latency(size)
+        return finish_if_sent(now, self.busy_until, self.latency(size))
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,15 +191,10 @@ class Dispatcher:
 
     # -- batching --------------------------------------------------------
 
-    def _pick(self, now: float) -> Backend | None:
-        if not self.backends:
-            return None
-        return min(self.backends.values(), key=lambda b: (b.finish_if_sent(now), b.instance_id))
-
     async def _batcher(self) -> None:
         while True:
             first = await self._queue.get()
-            backend = self._pick(self.clock())
+            backend = pick(self.clock(), self.backends.values())
             if backend is None:
                 batch = [first]
                 while not self._queue.empty() and len(batch) < SPILL_CHUNK:
@@ -211,12 +202,13 @@ class Dispatcher:
                 self._spawn(self._spill(batch))
                 continue
             batch = [first]
-            window_end = first.arrival + backend.w_batch_s
+            w_end = window_end(first.arrival, backend.w_batch_s)
             while len(batch) < backend.n_batch:
-                if not self._queue.empty():
+                if not self._queue.empty():  # what is waiting joins at once
                     batch.append(self._queue.get_nowait())
                     continue
-                wait = window_end - self.clock()
+                now = self.clock()
+                wait = due_at(now, w_end) - now
                 if wait <= 0:
                     break
                 try:
@@ -234,35 +226,30 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     async def _send(self, backend: Backend, batch: list[_Request]) -> None:
-        body = dump_json(
-            {
-                "instances": np.stack([r.row for r in batch]),
-                "dtype": self.dtype,
-                "deadlines": [r.deadline for r in batch],
-            }
+        body = encode_batch(
+            np.stack([r.row for r in batch]), self.dtype, [r.deadline for r in batch]
         )
-        admitted: list[int] = []
         try:
             async with self.session.post(
-                f"{backend.url}/v1/batch", data=body, headers=_JSON
+                f"{backend.url}{BATCH_PATH}", data=body, headers=_JSON
             ) as resp:
                 if resp.status != 200:
                     raise aiohttp.ClientResponseError(
                         resp.request_info, (), status=resp.status, message=await resp.text()
                     )
-                head = orjson.loads(await resp.content.readline())
-                admitted = [int(i) for i in head["admitted"]]
-                rejected = [batch[int(i)] for i in head["rejected"]]
-                backend.busy_until = max(self.clock(), float(head["finish"]))
+                head = decode_verdict(await resp.content.readline())
+                admitted = head.admitted
+                rejected = [batch[i] for i in head.rejected]
+                backend.busy_until = max(self.clock(), head.finish)
                 if rejected:
                     self._spawn(self._spill(rejected))
                 if admitted:
-                    tail = orjson.loads(await resp.content.readline())
-                    if "error" in tail:
+                    outputs, error = decode_result(await resp.content.readline())
+                    if error is not None:
                         for i in admitted:
-                            self._finish(batch[i], None, str(tail["error"]), backend.instance_id)
+                            self._finish(batch[i], None, error, backend.instance_id)
                     else:
-                        for i, out in zip(admitted, tail["outputs"], strict=True):
+                        for i, out in zip(admitted, outputs, strict=True):
                             self._finish(batch[i], out, None, backend.instance_id)
                 # Read to the end of the chunked body: a response released before its end
                 # closes the connection, and the next batch would pay a new TCP handshake.

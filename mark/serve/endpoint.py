@@ -1,6 +1,6 @@
 """The aiohttp application clients call: TF-Serving V1 and Open Inference Protocol V2.
 
-Handlers parse and validate (``mark.api.codec``), hand rows to the model's
+Handlers parse and validate (``mark.serve.codec``), hand rows to the model's
 dispatcher, and encode the outcomes. A middleware turns anything unexpected
 into a JSON 500 *and logs it*; client mistakes never get that far.
 """
@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from bouncer.wire import dump_json
-from mark.api.codec import (
+from bouncer.wire import SERVED_BY_HEADER, dump_json
+from mark.config import ModelSpec, Settings
+from mark.serve.codec import (
     V2_TYPES,
     BadRequest,
     Tensor,
@@ -24,10 +25,9 @@ from mark.api.codec import (
     parse_v1,
     parse_v2,
 )
-from mark.api.openapi import openapi_document
-from mark.config import ModelSpec, Settings
-from mark.dispatcher import Dispatcher, Outcome
-from mark.telemetry import Telemetry
+from mark.serve.dispatcher import Dispatcher, Outcome
+from mark.serve.openapi import openapi_document
+from mark.serve.telemetry import Telemetry
 
 log = logging.getLogger("mark.api")
 
@@ -57,9 +57,6 @@ STATE: web.AppKey[ApiState] = web.AppKey("mark_api", ApiState)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-SERVED_BY = "X-Mark-Served-By"
-
-
 def _json(
     body: object, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> web.Response:
@@ -75,7 +72,7 @@ def _served_by(outcomes: list[Outcome]) -> dict[str, str]:
         if len(outcomes) == 1
         else ",".join(sorted({o.served_by for o in outcomes}))
     )
-    return {SERVED_BY: who}
+    return {SERVED_BY_HEADER: who}
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hyp_settings
 from schemathesis.checks import not_a_server_error
 
-from mark.api.app import Served, build_app
-from mark.api.openapi import openapi_document
 from mark.config import load_settings
-from mark.dispatcher import Dispatcher
 from mark.ports import SpillResult
+from mark.serve.dispatcher import Dispatcher
+from mark.serve.endpoint import Served, build_app
+from mark.serve.openapi import openapi_document
 
 SETTINGS = load_settings(overrides={"api": {"max_body_bytes": 65536}})
 schema = schemathesis.openapi.from_dict(openapi_document(SETTINGS))

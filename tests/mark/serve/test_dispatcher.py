@@ -20,9 +20,9 @@ from bouncer.agent import Agent
 from bouncer.latency import BatchLatency
 from bouncer.runner import ModelRunner
 from mark.demo import save_torchscript
-from mark.dispatcher import Backend, Dispatcher
 from mark.ports import SpillResult
-from mark.telemetry import Telemetry
+from mark.serve.dispatcher import Backend, Dispatcher
+from mark.serve.telemetry import Telemetry
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,97 @@
+"""The data plane's routing rule: which instance a batch goes to, what it takes, when it goes.
+
+Every request carries its deadline (arrival + RT_max). The oldest waiting
+request opens a batch and picks the instance that would finish it soonest
+(``pick``); the batch takes what is already waiting at once, then waits for
+more until it holds that instance's N_batch or W_batch has passed since the
+request that opened it arrived (``window_end``, ``due_at``) — a batch never
+waits longer. What the instance's Bouncer rejects, and everything when there is
+no instance, goes to Lambda in invocations of ``SPILL_CHUNK`` requests.
+
+Pure: times are arguments, nothing here reads a clock or does I/O. The
+dispatcher (``mark.serve.dispatcher``) applies the rule online, on the wall
+clock, to requests as they come; the simulator's engine (``mark.sim.engine``)
+applies the same functions on virtual time, with the arrivals known ahead
+(``fill``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
+
+SPILL_CHUNK = 1
+"""Requests per Lambda invocation. One: a Lambda runs its requests one after the
+other (2 vCPUs, no batching gain), so a chunk of k answers its last request
+k × T_1 late; separate invocations run side by side, and the per-request price
+is $0.20 per million."""
+
+
+class Routable(Protocol):
+    """An instance as the router sees it."""
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def busy_until(self) -> float: ...
+
+    @property
+    def latency(self) -> Callable[[int], float]: ...
+
+
+R = TypeVar("R", bound=Routable)
+
+
+def finish_if_sent(now: float, busy_until: float, batch_time_s: float) -> float:
+    """When an instance busy until ``busy_until`` finishes a batch sent ``now`` that takes
+    ``batch_time_s``."""
+    return (busy_until if busy_until > now else now) + batch_time_s
+
+
+def pick(now: float, backends: Iterable[R]) -> R | None:
+    """The instance that would finish one more request sent ``now`` soonest; a tie goes
+    to the smaller instance id. ``None`` when there is none (the batch spills)."""
+    best: R | None = None
+    best_f = 0.0
+    for b in backends:
+        f = finish_if_sent(now, b.busy_until, b.latency(1))
+        if best is None or f < best_f or (f == best_f and b.instance_id < best.instance_id):
+            best, best_f = b, f
+    return best
+
+
+def window_end(first_arrival: float, w_batch_s: float) -> float:
+    """When a batch is due at the latest: W_batch after its oldest request arrived."""
+    return first_arrival + w_batch_s
+
+
+def due_at(now: float, window_end: float) -> float:
+    """When a batch still short of N_batch at ``now`` goes: at its window's end, or at
+    once if that has passed. Until then it takes each request that arrives."""
+    return now if now > window_end else window_end
+
+
+def fill(
+    arrivals: Sequence[float],
+    first: int,
+    end: int,
+    now: float,
+    n_batch: int,
+    w_batch_s: float,
+) -> tuple[int, float]:
+    """The rule with the arrivals known ahead (sorted; ``arrivals[:end]`` known).
+
+    Request ``first`` opens a batch at ``now`` (≥ its arrival); the batch takes
+    ``arrivals[first:stop]`` and is dispatched at the returned time: when it
+    holds N_batch (at the arrival of the last one, or ``now`` if all were
+    waiting), else at ``due_at(now, window_end(...))``. Returns ``(stop, time)``.
+    """
+    last = due_at(now, window_end(arrivals[first], w_batch_s))
+    stop = first + 1
+    while stop < end and stop - first < n_batch and arrivals[stop] <= last:
+        stop += 1
+    if stop - first >= n_batch:
+        a = arrivals[stop - 1]
+        return stop, a if a > now else now
+    return stop, last

@@ -1,1 +1,0 @@
-"""The REST endpoint clients call."""

@@ -1,0 +1,137 @@
+"""The ``mark`` policies in the simulator: the daemon's own ``Controller``.
+
+``mark``, ``mark-spot`` and their ablations (``reactive``, ``no-lambda``,
+``no-batching``, ``no-prediction``) run the controller the daemon runs, on
+the simulated world's ``SimFleet`` and store: every P_u its ``step`` (after
+the arrivals counted since the last step are written to the store, as the
+daemon's telemetry writes them), every ``slo_check_s`` its ``check_slo`` on
+the latencies since the last check, and its ``on_interruption`` on each spot
+notice. Only the clock and the cloud are simulated.
+
+History before the warm-up (``history_minutes`` of P_s windows) is pre-loaded
+into the store, as a daemon that has run for a day would have it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mark.catalog import Market
+from mark.config import BudgetSpec, OfferingsSpec, Settings, SloMonitorSpec
+from mark.control import Controller
+from mark.errors import ConfigError
+from mark.ports import InterruptionNotice
+from mark.sim.loop import PolicyEvents, run_loop
+from mark.sim.world import Extra, SimWorld
+from predictor.base import Forecaster
+from predictor.baselines import LastValue
+from predictor.online import OnlinePredictor, RefitPolicy
+from provisioner.greedy import PlannerOption
+from provisioner.options import planner_option
+from provisioner.perf_model import InstancePerf
+
+
+def monitor_type(options: Sequence[PlannerOption]) -> str:
+    """The SLO monitor's backup type: the cheapest on-demand option (c5.large for
+    Inception-v3, as in the paper, where the model's profile allows it)."""
+    od = [o for o in options if o.market == "on-demand"] or list(options)
+    if not od:
+        raise ConfigError("no instance type can serve this model within its SLO")
+    return min(od, key=lambda o: (o.price_per_hour, o.instance_type)).instance_type
+
+
+def sim_settings(world: SimWorld) -> Settings:
+    """The daemon's settings for this world: its model, offerings and standbys."""
+    standby = (world.cfg.standby_type,) if world.policy.standbys else ()
+    return Settings(
+        world="sim",
+        models=(world.model.spec(),),
+        offerings=OfferingsSpec(
+            types=tuple(sorted({o.instance_type for o in world.options})),
+            markets=tuple(Market(m) for m in world.policy.markets),
+            standby_types=standby,
+            max_instances=world.cfg.max_instances,
+        ),
+        slo_monitor=SloMonitorSpec(instance_type=monitor_type(world.options)),
+        # The paper's experiments measure the policy, not a user's budget: no spend rails.
+        budget=BudgetSpec(max_hourly_per_model=None, max_hourly_cluster=None),
+    )
+
+
+def standby_capacity(world: SimWorld) -> float:
+    """What one started standby serves within the SLO, one request at a time."""
+    itype = world.cfg.standby_type
+    curve = world.model.standby_latency(world.catalog.types[itype].vcpus)
+    price = world.catalog.offering(itype, Market.ON_DEMAND).price_per_hour
+    opt = planner_option(
+        itype,
+        "on-demand",
+        price,
+        InstancePerf(curve(1), 1, 0.0),
+        rt_max_s=world.model.rt_max_s,
+        sl_min=world.model.sl_min,
+    )
+    return opt.capacity_rps
+
+
+def _fixed_predictor(forecaster: Forecaster) -> OnlinePredictor:
+    """An online predictor that forecasts with ``forecaster`` and never refits mid-run."""
+    online = OnlinePredictor(
+        lambda: forecaster,
+        RefitPolicy(every_minutes=10**9, min_history=10**9),
+    )
+    online.model = forecaster
+    online.last_fit = 0
+    return online
+
+
+async def drive_mark(world: SimWorld, forecaster: Forecaster | None) -> Extra:
+    """Run the daemon's controller on ``world``; ``forecaster`` is the trained predictor
+    (None: the controller's own default), unused when the policy does not predict."""
+    settings = sim_settings(world)
+    policy, model, store = world.policy, world.model.name, world.store
+    await store.add_arrivals(world.history_windows(world.cfg.history_minutes))
+    predictors: dict[str, OnlinePredictor] = {}
+    if policy.prediction and forecaster is not None:
+        predictors[model] = _fixed_predictor(forecaster)
+    ctl = Controller(
+        settings,
+        world.fleet,
+        store,
+        {model: world.options},
+        predictors=predictors,
+        boot_s=world.cfg.boot_s,
+        catalog=world.catalog,
+        standby_capacity={model: standby_capacity(world)} if policy.standbys else {},
+    )
+    if not policy.prediction:
+        ctl.forecast = LastValue()
+    sample = settings.timings.sample_window_s
+    flushed = world.t_begin
+
+    async def on_step(t: float) -> None:
+        nonlocal flushed
+        await store.add_arrivals(world.windows_between(flushed, t))
+        flushed = t - (t - world.t_begin) % sample
+        await ctl.step(t)
+
+    async def on_slo(t: float, lat: NDArray[np.float64]) -> None:
+        if lat.size:
+            await ctl.check_slo(t, {model: lat.tolist()})
+
+    async def on_interruption(notice: InterruptionNotice) -> None:
+        await ctl.on_interruption(notice, world.clock.t)
+
+    await run_loop(
+        world,
+        PolicyEvents(
+            settings.timings.update_period_s,
+            on_step,
+            on_slo if policy.slo_monitor else None,
+            on_interruption,
+        ),
+    )
+    return {}

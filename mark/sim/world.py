@@ -1,0 +1,300 @@
+"""The simulated world: one workload's arrivals, the cloud, the servers, the bill.
+
+A ``SimWorld`` wires a ``SimFleet`` and a ``SimLambda`` on a virtual clock, an
+in-memory ``Store`` (or any store), and the ``Engine`` that serves the
+arrivals on the instances the fleet has running. It is what every policy
+driver acts on: the drivers launch and terminate through ``fleet``, read the
+load through ``history_windows``, ``windows_between`` and ``true_load``, and
+advance time with ``mark.sim.loop.run_loop``; ``result`` prices the run.
+
+The world starts ``warmup_s`` before the measured window so the fleet has
+formed when measurement begins; requests and charges before ``t0`` are not
+counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from bouncer.latency import BatchLatency
+from mark.billing import ec2_charge
+from mark.catalog import Catalog, Market, load_catalog
+from mark.control import build_options
+from mark.errors import ConfigError
+from mark.ports import InstanceInfo, InstanceRole, InstanceState, Store
+from mark.sim.engine import FAILED, LAMBDA, Engine, Server
+from mark.sim.fleet import SimFleet
+from mark.sim.memstore import MemoryStore
+from mark.sim.models import T3_BASELINE, SimModel
+from mark.sim.policies import Policy
+from mark.sim.results import PolicyResult, summarise
+from mark.sim.serverless import SimLambda
+from mark.sim.workloads import Workload
+from mark.state.records import ArrivalWindow
+from provisioner.batching import serving_batching
+from provisioner.greedy import PlannerOption
+
+Progress = Callable[[float], None]  # fraction of simulated time done
+Extra = dict[str, float | int | bool | str]  # what a driver adds to a result's extras
+
+SAMPLE_S = 5.0  # P_s: the arrival windows the daemon's telemetry counts
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """What the simulated cloud does (defaults from the paper and AWS docs)."""
+
+    boot_s: float = 120.0  # launch → serving for EC2 (minutes on AWS; the paper's testbed)
+    standby_start_s: float = 20.0  # a stopped standby starts in seconds
+    standby_type: str = "t3.large"
+    standby_credits_per_vcpu: float = 30.0  # CPU credits a started standby holds
+    warmup_s: float = 900.0
+    slo_check_s: float = 2.0  # the daemon's SLO-monitor period
+    lambda_concurrency: int = 1000
+    lambda_memory_mb: int = 3072
+    lambda_cold_start_s: float = 2.5
+    lambda_keep_warm_s: float = 600.0
+    sagemaker_type: str | None = None  # None: the cheapest per request that meets RT_max
+    over_provision: float = 2.0
+    interrupt_rate_per_hour: float = 0.0  # per spot instance-hour
+    interruptions: tuple[tuple[float, float], ...] = ()  # (s after t0, fraction of spot fleet)
+    seed: int = 0
+    max_instances: int = 200
+    milp_time_limit_s: float = 60.0
+    history_minutes: int = 1500
+
+
+@dataclass
+class VirtualClock:
+    """The world's time; only the event loop moves it."""
+
+    t: float = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+def latency_curves(model: SimModel, batching: bool) -> dict[str, BatchLatency]:
+    """Per type T_b; without batching, b requests cost b × T_1 (so N_batch tunes to 1)."""
+    if batching:
+        return dict(model.latency)
+    return {t: BatchLatency(((1, c(1)),)) for t, c in model.latency.items()}
+
+
+def model_options(
+    model: SimModel,
+    catalog: Catalog,
+    markets: Sequence[str],
+    batching: bool,
+    boot_s: float,
+) -> list[PlannerOption]:
+    spec = model.spec()
+    curves = latency_curves(model, batching)
+    types = [t for t in curves if t in catalog.types]
+    return build_options(spec, catalog, types, [Market(m) for m in markets], curves, boot_s)
+
+
+class SimWorld:
+    """The cloud, the servers and the arrivals of one simulated run of one policy."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        model: SimModel,
+        policy: Policy,
+        cfg: SimConfig,
+        *,
+        arrivals: NDArray[np.float64],
+        catalog: Catalog | None = None,
+        progress: Progress | None = None,
+        store: Store | None = None,
+        fleet_boot_s: float | None = None,
+    ) -> None:
+        """``fleet_boot_s``: launch → serving in this world (default ``cfg.boot_s``)."""
+        self.workload = workload
+        self.store: Store = store if store is not None else MemoryStore()
+        self.model = model
+        self.policy = policy
+        self.cfg = cfg
+        self.catalog = catalog or load_catalog()
+        self.progress = progress
+        self.clock = VirtualClock()
+        self.t0 = workload.t0
+        self.t_begin = self.t0 - cfg.warmup_s
+        self.t_end = self.t0 + workload.seconds
+        self.arrivals = arrivals
+        self.lam = SimLambda(
+            self.catalog.lambda_prices,
+            memory_mb=cfg.lambda_memory_mb,
+            cold_start_s=cfg.lambda_cold_start_s,
+            concurrency=cfg.lambda_concurrency,
+            keep_warm_s=cfg.lambda_keep_warm_s,
+        )
+        self.engine = Engine(
+            arrivals,
+            model.rt_max_s,
+            self.lam if policy.spill else None,
+            model.lambda_latency,
+            bouncer=policy.spill,
+        )
+        boot = cfg.boot_s if fleet_boot_s is None else fleet_boot_s
+        self.fleet = SimFleet(
+            self.catalog,
+            self.clock.now,
+            boot_delay_s=lambda _t: boot,
+            start_delay_s=lambda _t: cfg.standby_start_s,
+        )
+        self.curves = latency_curves(model, policy.batching)
+        self.options = model_options(
+            model, self.catalog, policy.markets, policy.batching, cfg.boot_s
+        )
+        if not self.options:
+            raise ConfigError(f"{model.name}: no offering meets RT_max in {policy.markets}")
+        self.timeline: list[tuple[float, int, float, int]] = []  # t, serving, capacity, pending
+        self.interruptions = 0  # spot interruptions delivered
+        self._servers: dict[str, Server] = {}
+        self._lambda_cost_at_t0 = 0.0
+        self._window_counts = self._count_windows()
+
+    # -- the load ------------------------------------------------------------
+
+    def _count_windows(self) -> NDArray[np.int64]:
+        n = math.ceil((self.t_end - self.t_begin) / SAMPLE_S)
+        idx = np.floor((self.arrivals - self.t_begin) / SAMPLE_S).astype(np.int64)
+        return np.bincount(idx[(idx >= 0) & (idx < n)], minlength=n)
+
+    def history_windows(self, minutes: int) -> list[ArrivalWindow]:
+        """Expected counts of the P_s windows in the ``minutes`` before the simulation."""
+        w = self.workload
+        begin_s = int(self.t_begin - w.epoch) - minutes * 60
+        begin_s = max(0, begin_s - begin_s % 60)
+        end_s = int(self.t_begin - w.epoch)
+        x = w.per_second[begin_s:end_s]
+        n = x.shape[0] // 5
+        counts = np.rint(x[: n * 5].reshape(n, 5).sum(axis=1)).astype(int)
+        return [
+            ArrivalWindow(self.model.name, w.epoch + begin_s + 5.0 * k, 5.0, int(c))
+            for k, c in enumerate(counts)
+        ]
+
+    def windows_between(self, a: float, b: float) -> list[ArrivalWindow]:
+        """The simulated arrivals counted in the P_s windows that lie within [a, b)."""
+        lo = max(0, int((a - self.t_begin) // SAMPLE_S))
+        hi = min(self._window_counts.shape[0], int((b - self.t_begin) // SAMPLE_S))
+        return [
+            ArrivalWindow(
+                self.model.name, self.t_begin + SAMPLE_S * k, SAMPLE_S, int(self._window_counts[k])
+            )
+            for k in range(lo, hi)
+        ]
+
+    def true_load(self, step_s: float = 60.0) -> list[float]:
+        """Per-step peak P_s-window rate of the arrivals themselves (clairvoyant)."""
+        per_step = int(step_s // SAMPLE_S)
+        w = self._window_counts / SAMPLE_S
+        n = w.shape[0] // per_step
+        return [float(x) for x in w[: n * per_step].reshape(n, per_step).max(axis=1)]
+
+    # -- serving -------------------------------------------------------------
+
+    def _server_for(self, inst: InstanceInfo) -> Server | None:
+        srv = self._servers.get(inst.instance_id)
+        if srv is not None:
+            return srv
+        itype = inst.instance_type
+        if inst.role is InstanceRole.STANDBY or itype not in self.curves:
+            if itype not in T3_BASELINE:
+                return None  # no profile for this type: it cannot serve the model
+            vcpus = self.catalog.types[itype].vcpus
+            baseline, earn_h = T3_BASELINE[itype]
+            srv = Server(
+                inst.instance_id,
+                itype,
+                inst.market.value,
+                inst.role.value,
+                self.model.standby_latency(vcpus),
+                burstable=True,
+                vcpus=vcpus,
+                baseline=baseline,
+                credits=self.cfg.standby_credits_per_vcpu * vcpus,
+                earn_per_s=earn_h / 3600.0,
+                max_credits=earn_h * 24.0,
+                credit_t=self.clock.t,
+            )
+        else:
+            curve = self.curves[itype]
+            n, w = serving_batching(curve, self.model.rt_max_s)
+            srv = Server(inst.instance_id, itype, inst.market.value, inst.role.value, curve, n, w)
+        self._servers[inst.instance_id] = srv
+        return srv
+
+    async def sync(self) -> None:
+        """Serve on exactly the instances of the model that are running now."""
+        serving = []
+        for inst in await self.fleet.list():
+            if inst.state is InstanceState.RUNNING and inst.model == self.model.name:
+                srv = self._server_for(inst)
+                if srv is not None:
+                    serving.append(srv)
+        self.engine.set_servers(serving)
+
+    async def record_fleet(self, t: float) -> None:
+        """Add (t, serving, capacity, pending) of the fleet now to the timeline."""
+        caps = {o.key: o.capacity_rps for o in self.options}
+        live = await self.fleet.list()
+        serving = [i for i in live if i.state is InstanceState.RUNNING]
+        pending = sum(1 for i in live if i.state is InstanceState.PENDING)
+        cap = sum(caps.get((i.instance_type, i.market.value), 0.0) for i in serving)
+        self.timeline.append((t, len(serving), cap, pending))
+
+    def start_measuring(self) -> None:
+        """Called at ``t0``: what Lambda has cost so far is warm-up, not counted."""
+        self._lambda_cost_at_t0 = self.lam.cost
+
+    # -- the bill ------------------------------------------------------------
+
+    def result(self, extra: Extra | None = None) -> PolicyResult:
+        """The measured window priced: EC2 by the second per run, Lambda by GB-second."""
+        costs = {"on-demand": 0.0, "spot": 0.0, "standby": 0.0}
+        hours: dict[str, float] = {}
+        for run in self.fleet.runs:
+            end = run.end if run.end is not None else self.t_end
+            start, end = max(run.start, self.t0), min(end, self.t_end)
+            if end <= start:
+                continue
+            price = self.catalog.offering(run.instance_type, run.market).price_per_hour
+            charge = ec2_charge(price, start, end)
+            part = "standby" if run.role == InstanceRole.STANDBY.value else run.market
+            costs[part] += charge.cost
+            hours[run.instance_type] = hours.get(run.instance_type, 0.0) + (end - start) / 3600
+        costs["lambda"] = self.lam.cost - self._lambda_cost_at_t0
+        first = int(np.searchsorted(self.arrivals, self.t0, "left"))
+        where = self.engine.where[first:]
+        extras: Extra = {
+            "lambda_cold_starts": self.lam.cold_starts,
+            "lambda_throttled": self.lam.throttled,
+            "interruptions": self.interruptions,
+            **(extra or {}),
+        }
+        return summarise(
+            policy=self.policy.name,
+            model=self.model.name,
+            workload=self.workload.name,
+            hours=self.workload.seconds / 3600.0,
+            rt_max_s=self.model.rt_max_s,
+            latencies=self.engine.lat[first:],
+            spilled=int(np.count_nonzero(where == LAMBDA)),
+            failed=int(np.count_nonzero(where == FAILED)),
+            costs=costs,
+            instance_hours=hours,
+            timeline=[r for r in self.timeline if r[0] >= self.t0],
+            load=self.true_load(),
+            load_t0=self.t_begin,
+            extra=extras,
+            arrivals=self.arrivals[first:],
+        )

@@ -1,0 +1,140 @@
+"""The ``World`` port: what the daemon needs of the world it runs in (local or aws).
+
+The daemon starts a world, reads its parts (fleet, agents, spill function,
+interruption source), asks it for prices and for the latency it plans with,
+runs the periodic jobs it names, and closes it; it never asks which world it
+is. ``open_world`` is the one place that chooses, from ``settings.world``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from bouncer.latency import BatchLatency
+from mark.catalog import Catalog
+from mark.config import ModelSpec, Settings
+from mark.errors import ConfigError
+from mark.ports import Fleet, InstanceInfo, Serverless
+from mark.state.records import ArrivalWindow, LatencyRollup, LedgerEntry
+
+
+class AgentView(Protocol):
+    """An instance's agent as the dispatcher needs it."""
+
+    @property
+    def instance(self) -> InstanceInfo: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def latency(self) -> BatchLatency: ...
+
+
+class Agents(Protocol):
+    """The agents serving now, brought up to date by ``sync``."""
+
+    @property
+    def agents(self) -> Mapping[str, AgentView]: ...
+
+    async def sync(self) -> None: ...
+
+
+class BilledServerless(Serverless, Protocol):
+    def take_charges(self) -> list[LedgerEntry]:
+        """The spill charges accrued since the last call, for the ledger."""
+        ...
+
+
+class NoticeSource(Protocol):
+    async def run(self) -> None:
+        """Deliver spot notices to the fleet's stream until cancelled."""
+        ...
+
+
+@dataclass(frozen=True)
+class Job:
+    """A periodic task a world needs run (spill warm-up, metrics publishing)."""
+
+    every_s: float
+    name: str
+    run: Callable[[], Awaitable[None]]
+    at_stop: bool = False
+    """Run once more when the daemon stops (the last, partial metrics period)."""
+
+
+class World(Protocol):
+    @property
+    def fleet(self) -> Fleet | None: ...
+    @property
+    def agents(self) -> Agents | None: ...
+    @property
+    def serverless(self) -> BilledServerless | None: ...
+    @property
+    def interruptions(self) -> NoticeSource | None: ...
+    @property
+    def boot_s(self) -> float:
+        """Seconds from launch to serving, as the planner counts them."""
+        ...
+
+    @property
+    def control_loop(self) -> bool:
+        """Whether the daemon plans and launches here (the local world can be told not to)."""
+        ...
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+
+    async def prices(self, catalog: Catalog, instance_types: Sequence[str]) -> Catalog:
+        """The catalog with the prices this world pays."""
+        ...
+
+    async def planning_latency(
+        self, spec: ModelSpec, source: str, catalog: Catalog, types: Sequence[str]
+    ) -> dict[str, BatchLatency]:
+        """T_b per instance type of ``spec``'s model, as the planner rates each type."""
+        ...
+
+    def jobs(self, catalog: Catalog) -> list[Job]:
+        """Periodic tasks to run while the daemon does."""
+        ...
+
+    def observe(self, windows: Sequence[ArrivalWindow], rollups: Sequence[LatencyRollup]) -> None:
+        """Telemetry as it is flushed (the aws world publishes it as metrics)."""
+        ...
+
+    def fixed_hourly(self, catalog: Catalog) -> float:
+        """$/h this world pays whatever the fleet (provisioned concurrency)."""
+        ...
+
+
+def open_world(settings: Settings, sources: Mapping[str, str], clock: Callable[[], float]) -> World:
+    """The world ``settings.world`` names, not yet started."""
+    if settings.world == "aws":
+        from mark.cloud.aws.world import AwsWorld
+
+        return AwsWorld(settings, clock)
+    if settings.world == "local":
+        from mark.catalog import load_catalog
+        from mark.cloud.local.agents import AgentModel
+        from mark.cloud.local.world import LocalWorld
+
+        return LocalWorld(
+            settings.aws.region,
+            load_catalog(),
+            {
+                m.name: AgentModel(sources[m.name], tuple(m.input.shape), m.input.dtype)
+                for m in settings.models
+            },
+            clock,
+            boot_delay_s=settings.local.boot_delay_s,
+            lambda_env={"MARK_DATA_DIR": str(settings.data_dir)},
+            lambda_concurrency=settings.local.lambda_concurrency,
+            lambda_memory_mb=settings.local.lambda_memory_mb,
+            slowdown=settings.local.slowdown,
+            control_loop=settings.local.control_loop,
+        )
+    raise ConfigError(
+        f"world {settings.world!r} cannot run as a daemon; use 'local' or 'aws' "
+        "(the simulator runs the sim world)"
+    )
