@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from mark.catalog import Catalog, load_catalog
 from mark.config import ModelSpec, Settings
+from mark.control.adopt import adopt_fleet
 from mark.control.history import LoadHistory, cold_start_forecaster
 from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
@@ -24,7 +25,6 @@ from mark.control.snapshot import monitor_config, snapshot, step_config
 from mark.control.step_runner import StepResult, run_plan_step
 from mark.errors import CloudError
 from mark.ports import Clock, Fleet, InstanceInfo, InstanceState, InterruptionNotice, Store
-from mark.state.records import Decision
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
 from provisioner.control_state import ControlState, Note, StepConfig
@@ -231,45 +231,12 @@ class Controller:
             return started
 
     async def adopt(self, now: float) -> list[InstanceInfo]:
-        """Take over, after a (re)start, whatever the cloud's tags say this cluster owns.
-
-        Each owned instance is recorded in the store and counts as wanted now,
-        so the cool-down starts afresh rather than retiring a fleet the old
-        controller had just been using; the next step plans with them and
-        launches only what they do not cover. Instances the store still holds
-        as live that the cloud no longer lists are marked terminated. Nothing
-        is launched here.
-        """
+        """Take over, after a (re)start, what the cloud's tags say this cluster owns
+        (``mark.control.adopt``); nothing is launched."""
         async with self._lock:
-            recorder = self._parts.recorder
-            fleet = await self.fleet.list()
-            for inst in fleet:
-                await recorder.set_state(inst, inst.state, now, "adopted after a restart")
-            listed = {i.instance_id for i in fleet}
-            live = [s.value for s in InstanceState if s is not InstanceState.TERMINATED]
-            for rec in await self.store.instances(states=live):
-                if rec.instance_id not in listed:
-                    await self.store.set_instance_state(
-                        rec.instance_id,
-                        InstanceState.TERMINATED.value,
-                        now,
-                        reason="no longer in the cloud at restart",
-                    )
-            for spec in self.settings.models:
-                mine = [i for i in fleet if i.model == spec.name]
-                control = self.state.of(spec.name)
-                wanted = {**control.last_wanted, **{i.instance_id: now for i in mine}}
-                self.state = self.state.with_model(spec.name, replace(control, last_wanted=wanted))
-                if mine:
-                    await self.store.record_decision(
-                        Decision(
-                            spec.name,
-                            now,
-                            "adopt",
-                            f"{len(mine)} instance(s) found by this cluster's tags at start",
-                            count=len(mine),
-                        )
-                    )
+            fleet, self.state = await adopt_fleet(
+                self.fleet, self.store, self._parts.recorder, self.settings, self.state, now
+            )
             return fleet
 
     async def run(self, clock: Clock) -> None:

@@ -226,5 +226,18 @@ def test_sigterm_stops_the_demo_and_every_child_like_ctrl_c(tmp_path: Path) -> N
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, err
-    alive = [p for p in children if Path(f"/proc/{p}").exists()]
+    # A child's own children are re-parented when it exits and may take a moment to
+    # follow; a zombie waiting for its new parent to reap it runs nothing.
+    deadline = time.monotonic() + 15
+    while (alive := [p for p in children if _running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert alive == [], f"children left running after SIGTERM: {alive}"
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(") ", 1)[1].split()[0] != "Z"

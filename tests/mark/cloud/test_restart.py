@@ -12,7 +12,8 @@ from pathlib import Path
 
 from bouncer.latency import BatchLatency
 from mark.catalog import Market, load_catalog
-from mark.cloud.aws.fleet import TAG_CLIENT_TOKEN, AwsFleet, LaunchSpec
+from mark.cloud.aws.fleet import AwsFleet, LaunchSpec
+from mark.cloud.aws.instances import TAG_CLIENT_TOKEN
 from mark.config import Settings, load_settings
 from mark.control import Controller, build_options
 from mark.ports import InstanceInfo, InstanceRole, LaunchRequest
@@ -108,7 +109,9 @@ async def test_a_re_run_step_that_cannot_yet_see_its_launch_buys_nothing(
     """The token is what protects the window in which the cloud does not list new instances."""
     settings, options = _setup()
     model = settings.models[0].name
-    now = time.time()
+    # At the start of a control step, so that now + 1 is surely the same step (its token).
+    period = settings.timings.update_period_s
+    now = (time.time() // period) * period + 1.0
     store = await _store_with_load(tmp_path, model, 3 * options[0].capacity_rps, now)
     try:
         async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:

@@ -1,0 +1,58 @@
+"""Adoption after a (re)start: the fleet this cluster's tags say it owns becomes the
+controller's, recorded and counted as wanted now; nothing is launched."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mark.config import Settings
+from mark.control.recorder import Recorder
+from mark.ports import Fleet, InstanceInfo, InstanceState, Store
+from mark.state.records import Decision
+from provisioner.control_state import ControlState
+
+
+async def adopt_fleet(
+    fleet: Fleet,
+    store: Store,
+    recorder: Recorder,
+    settings: Settings,
+    state: ControlState,
+    now: float,
+) -> tuple[list[InstanceInfo], ControlState]:
+    """Record every owned instance and count it as wanted now.
+
+    The cool-down starts afresh rather than retiring a fleet the old controller
+    had just been using; the next step plans with them and launches only what
+    they do not cover. Instances the store still holds as live that the cloud
+    no longer lists are marked terminated.
+    """
+    listed = await fleet.list()
+    for inst in listed:
+        await recorder.set_state(inst, inst.state, now, "adopted after a restart")
+    ids = {i.instance_id for i in listed}
+    live = [s.value for s in InstanceState if s is not InstanceState.TERMINATED]
+    for rec in await store.instances(states=live):
+        if rec.instance_id not in ids:
+            await store.set_instance_state(
+                rec.instance_id,
+                InstanceState.TERMINATED.value,
+                now,
+                reason="no longer in the cloud at restart",
+            )
+    for spec in settings.models:
+        mine = [i for i in listed if i.model == spec.name]
+        control = state.of(spec.name)
+        wanted = {**control.last_wanted, **{i.instance_id: now for i in mine}}
+        state = state.with_model(spec.name, replace(control, last_wanted=wanted))
+        if mine:
+            await store.record_decision(
+                Decision(
+                    spec.name,
+                    now,
+                    "adopt",
+                    f"{len(mine)} instance(s) found by this cluster's tags at start",
+                    count=len(mine),
+                )
+            )
+    return listed, state
