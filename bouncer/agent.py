@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -52,6 +53,7 @@ from aiohttp import web
 
 from bouncer import event_loop
 from bouncer.admission import Admission, Backlog
+from bouncer.device import DeviceChoice, DeviceUnavailable, Requested, probe, select_device
 from bouncer.latency import BatchLatency
 from bouncer.runner import ModelLoadError, ModelRunner
 from bouncer.wire import (
@@ -155,6 +157,10 @@ class Agent:
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner")
     )
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    example: np.ndarray[Any, Any] | None = None
+    """One instance of the model's input: the liveness probe's inference."""
+    probe_timeout_s: float = 5.0
+    _probe: asyncio.Future[Any] | None = None
 
     @property
     def busy_until(self) -> float:
@@ -241,9 +247,39 @@ class Agent:
             }
         )
 
+    async def live(self, _: web.Request) -> web.Response:
+        """The liveness probe: one tiny inference through the runner's own thread, bounded.
+
+        ``/health`` answers from the event loop even while the model is stuck in its
+        thread; this goes where the batches go, so a hung model fails it (503) and
+        the daemon drains and replaces the instance.
+        """
+        if self.example is None:
+            return web.json_response({"live": True, "probe": "none"})
+        if self._probe is not None and not self._probe.done():
+            why = "the previous probe has not finished: the model is stuck"
+            return web.json_response({"live": False, "reason": why}, status=503)
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        self._probe = loop.run_in_executor(self._executor, self.runner.run, self.example[None])
+        try:
+            await asyncio.wait_for(asyncio.shield(self._probe), self.probe_timeout_s)
+        except TimeoutError:
+            why = f"one inference took over {self.probe_timeout_s:g} s"
+            return web.json_response({"live": False, "reason": why}, status=503)
+        except Exception as exc:  # the model itself fails: not live either
+            return web.json_response({"live": False, "reason": str(exc)}, status=503)
+        return web.json_response({"live": True, "probe_s": time.perf_counter() - t0})
+
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.add_routes([web.post(BATCH_PATH, self.handle_batch), web.get("/health", self.health)])
+        app.add_routes(
+            [
+                web.post(BATCH_PATH, self.handle_batch),
+                web.get("/health", self.health),
+                web.get("/live", self.live),
+            ]
+        )
         # On cleanup, not shutdown: aiohttp still answers requests in flight (and ones
         # arriving on kept-alive connections) between the two, and they need the runner.
         app.on_cleanup.append(self._shutdown)
@@ -259,21 +295,34 @@ def build_agent(
     dtype: str,
     slowdown: float,
     latency: BatchLatency | None = None,
+    choice: DeviceChoice | None = None,
 ) -> Agent:
-    """Load the model; profile it here unless the profile to emulate is given.
+    """Load the model on ``choice``'s device (the CPU, one thread, if none), warm it up,
+    and profile it here unless the profile to emulate is given.
 
     The local world gives every agent the one profile it measured at start: an
     agent profiling itself while other agents start and serve on the same
     machine measures their load, and would emulate an instance many times
     slower than the one the planner bought.
     """
-    runner = ModelRunner(source)
     example = np.zeros(example_shape, dtype=dtype)
+    runner = ModelRunner(source, choice=choice, example=example)  # the first call is the slowest
     if latency is None:
         latency = runner.profile(example)
-    else:
-        runner.run(example[None, ...])  # warm-up: the first call is the slowest
-    return Agent(runner=runner, latency=latency, slowdown=slowdown)
+    return Agent(runner=runner, latency=latency, slowdown=slowdown, example=example)
+
+
+def choose_device(
+    requested: Requested, threads: int | None, neuron_artifact: str | None
+) -> DeviceChoice:
+    """This machine's device for the agent; ``OMP_NUM_THREADS`` (the local world sets 1)
+    stands in for ``--threads`` when that is not given."""
+    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if threads is None and omp.isdigit() and int(omp) > 0:
+        threads = int(omp)
+    return select_device(
+        probe(), neuron_artifact=neuron_artifact, requested=requested, threads=threads
+    )
 
 
 async def _serve(agent: Agent, host: str, port: int) -> None:
@@ -317,15 +366,41 @@ def main(argv: list[str] | None = None) -> int:
         help="poll the metadata service for spot reclaims (on EC2: http://169.254.169.254)",
     )
     p.add_argument("--imds-interval", type=float, default=5.0, help="seconds between polls")
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda"),
+        help="auto: CUDA if torch sees a GPU, else Neuron with --neuron-artifact, else the CPU",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: $OMP_NUM_THREADS if set, else one per vCPU "
+        "on the CPU and 2 beside an accelerator)",
+    )
+    p.add_argument(
+        "--neuron-artifact",
+        default=None,
+        help="the model compiled for Neuron (TorchScript from torch_neuronx/torch_neuron.trace)",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(message)s")
     try:
+        if args.threads is not None and args.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {args.threads}")
         shape = tuple(int(d) for d in args.input_shape.split(","))
         latency = BatchLatency.parse(args.latency) if args.latency else None
-        agent = build_agent(args.model_source, shape, args.dtype, max(args.slowdown, 1.0), latency)
+        choice = choose_device(args.device, args.threads, args.neuron_artifact)
+        log.log(
+            logging.WARNING if choice.warning else logging.INFO, "device: %s", choice.describe()
+        )
+        agent = build_agent(
+            args.model_source, shape, args.dtype, max(args.slowdown, 1.0), latency, choice
+        )
         if args.imds_url:
             agent.imds = ImdsPoller(args.imds_url.rstrip("/"), max(args.imds_interval, 0.1))
-    except (ModelLoadError, ValueError) as exc:
+    except (ModelLoadError, DeviceUnavailable, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     event_loop.run(_serve(agent, args.host, args.port))

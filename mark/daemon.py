@@ -25,16 +25,18 @@ import aiohttp
 from aiohttp import web
 
 from bouncer.latency import BatchLatency
-from mark.catalog import Catalog, Market, load_catalog
+from mark.catalog import Catalog, load_catalog
 from mark.clock import WallClock
 from mark.config import Settings
-from mark.control import Controller, build_options, online_predictor, resolve_source
+from mark.control import Controller, online_predictor, resolve_source
+from mark.control.health import HealthTracker
+from mark.control.profiles import rate_options
 from mark.ports import Fleet, Serverless
 from mark.serve.dispatcher import Backend, Dispatcher
 from mark.serve.endpoint import STATE, Served, build_app
 from mark.serve.telemetry import Telemetry
-from mark.state import SqlStore, open_store
-from mark.world import Job, World, open_world
+from mark.state import ProfileRecord, SqlStore, open_store
+from mark.world import Agents, Job, World, open_world
 from provisioner.batching import serving_batching
 
 log = logging.getLogger("mark.daemon")
@@ -98,6 +100,10 @@ class Running:
     controller: Controller | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)  # model → the file it loads
+    catalog: Catalog | None = None
+    profiled: set[tuple[str, str]] = field(default_factory=set)  # (model, type) stored
+    health: HealthTracker = field(default_factory=HealthTracker)
 
 
 async def _flush(run: Running, everything: bool = False) -> None:
@@ -131,6 +137,9 @@ async def _sync_backends(run: Running) -> None:
     if agents is None:
         return
     await agents.sync()
+    run.health.observe(WallClock().now(), agents.instance_ids, agents.agents)
+    if run.world.agents_measure:
+        await _store_measured_profiles(run, agents)
     for name, served in run.models.items():
         if served.dispatcher is None:
             continue
@@ -142,6 +151,31 @@ async def _sync_backends(run: Running) -> None:
                 if a.instance.model == name
             ]
         )
+
+
+async def _store_measured_profiles(run: Running, agents: Agents) -> None:
+    """Keep each agent's first profile of its (model, type), measured on that type, and
+    re-rate that model's offerings from it: the planner's capacity is then measured."""
+    changed = set()
+    now = WallClock().now()
+    for a in agents.agents.values():
+        key = (a.instance.model, a.instance.instance_type)
+        if key in run.profiled or a.instance.model not in run.models:
+            continue
+        run.profiled.add(key)
+        await run.store.put_profile(
+            ProfileRecord(key[0], key[1], "measured", a.latency.points, now)
+        )
+        changed.add(key[0])
+    if run.controller is None or run.catalog is None:
+        return
+    for name in changed:
+        spec = run.settings.model(name)
+        rated = await rate_options(
+            run.settings, spec, run.world, run.store, run.sources[name], run.catalog
+        )
+        await run.controller.set_options(name, rated.options, rated.sources)
+        log.info("%s: offerings re-rated from measured profiles: %s", name, rated.sources)
 
 
 async def _slo(run: Running) -> None:
@@ -173,39 +207,22 @@ async def _controller(
     sources: dict[str, str],
     catalog: Catalog,
 ) -> Controller:
-    """The control loop, rating each offering from the latency the world plans with."""
-    options = {}
-    standby_capacity = {}
-    for m in settings.models:
-        types = [*settings.offerings.types, *settings.offerings.standby_types]
-        latency = await world.planning_latency(m, sources[m.name], catalog, types)
-        standby = build_options(
-            m,
-            catalog,
-            settings.offerings.standby_types[:1],
-            [Market.ON_DEMAND],
-            latency,
-            boot_s=world.boot_s,
-        )
-        standby_capacity[m.name] = standby[0].capacity_rps if standby else 0.0
-        options[m.name] = build_options(
-            m,
-            catalog,
-            settings.offerings.types,
-            settings.offerings.markets,
-            latency,
-            boot_s=world.boot_s,
-        )
+    """The control loop, rating each offering from the best profile of its type."""
+    rated = {
+        m.name: await rate_options(settings, m, world, store, sources[m.name], catalog)
+        for m in settings.models
+    }
     return Controller(
         settings,
         fleet,
         store,
-        options,
+        {name: r.options for name, r in rated.items()},
         boot_s=world.boot_s,
         predictors={m.name: online_predictor(settings) for m in settings.models},
         catalog=catalog,
-        standby_capacity=standby_capacity,
+        standby_capacity={name: r.standby_capacity_rps for name, r in rated.items()},
         fixed_hourly=world.fixed_hourly(catalog),
+        profile_sources={name: r.sources for name, r in rated.items()},
     )
 
 
@@ -224,15 +241,18 @@ async def start(settings: Settings) -> Running:
     models = serving(settings, clock.now, session, world.serverless)
     runner, (host, port) = await start_api(settings, models)
     run = Running(settings, store, world, session, models, runner, f"http://{host}:{port}")
+    run.sources = sources
 
     offered = settings.offerings
     catalog = await world.prices(
         load_catalog(),
         [*offered.types, *offered.standby_types, settings.slo_monitor.instance_type],
     )
+    run.catalog = catalog
     if world.control_loop and world.fleet is not None:
         run.controller = await _controller(settings, world, world.fleet, store, sources, catalog)
         runner.app[STATE].more_metrics = run.controller.prometheus
+        run.controller.health = run.health.view
         # A restarted daemon plans with the fleet it left behind, never buying it twice.
         adopted = await run.controller.adopt(clock.now())
         if adopted:

@@ -21,6 +21,7 @@ from mark.state.records import (
     LatencyRollup,
     LedgerEntry,
     PlanRecord,
+    ProfileRecord,
 )
 
 
@@ -209,4 +210,12 @@ class Store(Protocol):
         self, since: float | None = None, until: float | None = None, model: str | None = None
     ) -> list[LedgerEntry]:
         """Charges starting in [since, until)."""
+        ...
+
+    async def put_profile(self, p: ProfileRecord) -> None:
+        """Record a model's T_b on an instance type (one row per model, type and source)."""
+        ...
+
+    async def profiles(self, model: str) -> list[ProfileRecord]:
+        """Every profile recorded for ``model``."""
         ...

@@ -35,7 +35,14 @@ class Agents(Protocol):
     """The agents serving now, brought up to date by ``sync``."""
 
     @property
-    def agents(self) -> Mapping[str, AgentView]: ...
+    def agents(self) -> Mapping[str, AgentView]:
+        """The agents that serve now: ready and passing their liveness probe."""
+        ...
+
+    @property
+    def instance_ids(self) -> Sequence[str]:
+        """The instances of the last listing (serving or not)."""
+        ...
 
     async def sync(self) -> None: ...
 
@@ -89,10 +96,17 @@ class World(Protocol):
         """The catalog with the prices this world pays."""
         ...
 
-    async def planning_latency(
+    @property
+    def agents_measure(self) -> bool:
+        """Whether an agent's reported T_b was measured on its instance type (aws), or
+        is this machine's time stretched by the local world's rule (local)."""
+        ...
+
+    async def emulated_latency(
         self, spec: ModelSpec, source: str, catalog: Catalog, types: Sequence[str]
     ) -> dict[str, BatchLatency]:
-        """T_b per instance type of ``spec``'s model, as the planner rates each type."""
+        """T_b per type by a rule, where this world emulates instance types (local only;
+        the aws world rates types from measured or shipped profiles, never a rule)."""
         ...
 
     def jobs(self, catalog: Catalog) -> list[Job]:

@@ -21,8 +21,9 @@ from provisioner.slo_monitor import SloMonitorState
 from provisioner.spend_rails import Spend, SpendLimits
 from provisioner.spot import InterruptionMemory
 
-LIVE_STATES = frozenset({"pending", "running", "ready"})
-"""Billed and (soon) serving; a stopped standby is not live."""
+LIVE_STATES = frozenset({"pending", "running", "ready", "failing"})
+"""Billed; a stopped standby is not live. ``failing``: its agent was ready and now fails
+its liveness probe (still billed, no longer capacity)."""
 
 SERVING_ROLES = frozenset({"serving", "backup"})
 """Roles the planner counts and may retire: its own and the SLO monitor's backups."""

@@ -88,7 +88,10 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
     mine = [
         m
         for m in snap.mine()
-        if m.live and m.role in SERVING_ROLES and m.instance_id not in state.doomed
+        if m.live
+        and m.state != "failing"
+        and m.role in SERVING_ROLES
+        and m.instance_id not in state.doomed
     ]
     running = [_running(m, by_key[m.key], now, cfg) for m in mine if m.key in by_key]
     plan = plan_greedy(

@@ -8,8 +8,10 @@ from enum import StrEnum
 import typer
 import yaml
 
-from mark.cli.context import console, state
-from mark.config import dump_settings
+from mark.catalog import load_catalog
+from mark.cli.context import console, fail, state
+from mark.config import Settings, dump_settings
+from provisioner.accelerators import usable
 
 app = typer.Typer(help="Show or check the effective configuration.", no_args_is_help=True)
 
@@ -34,9 +36,34 @@ def show(
 
 @app.command("check")
 def check(ctx: typer.Context) -> None:
-    """Validate the configuration; exit 0 when it is valid."""
+    """Validate the configuration and say which instance types each model cannot use;
+    exit 0 when it is valid and every model has a type it can use."""
     s = state(ctx).settings()
     console.print(
         f"configuration is valid: world={s.world}, {len(s.models)} model(s), "
         f"{len(s.offerings.types)} instance type(s) × {len(s.offerings.markets)} market(s)"
     )
+    left_out, stranded = unplanned_types(s)
+    for line in left_out:
+        console.print(line, markup=False, highlight=False)
+    if stranded:
+        fail(f"no configured instance type can serve {', '.join(stranded)}", code=1)
+
+
+def unplanned_types(s: Settings) -> tuple[list[str], list[str]]:
+    """(a line per model and configured type it will not be planned on, with why;
+    the models left with no type at all)."""
+    catalog = load_catalog()
+    lines: list[str] = []
+    stranded: list[str] = []
+    for spec in s.models:
+        planned = 0
+        for t in s.offerings.types:
+            ok, why = usable(catalog.instance_type(t).accelerator.value, bool(spec.neuron_artifact))
+            if ok:
+                planned += 1
+            else:
+                lines.append(f"{spec.name}: {t} not planned: {why}")
+        if not planned:
+            stranded.append(spec.name)
+    return lines, stranded

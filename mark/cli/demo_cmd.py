@@ -106,19 +106,19 @@ def ramp(
     """
     from mark.cli.context import fail, run_async, state
     from mark.config import parse_overrides
-    from mark.demo.loadgen import Api, LoadgenError, RateProfile, rich_progress
+    from mark.daemon import start, stop  # torch and the cloud adapters: only when run
+    from mark.demo.loadgen import Api, rich_progress
     from mark.demo.ramp import (
         DEFAULT_PROFILE,
         ForecasterChoice,
-        RampSettings,
         cancelled_on_sigterm,
         forecaster_overrides,
-        fresh_store,
         prepare_forecaster,
         run_ramp,
-        use_demo_model,
     )
     from mark.demo.ramp_report import format_report, plot
+    from mark.demo.ramp_settings import RampSettings, fresh_store, use_demo_model
+    from mark.demo.rate_profile import LoadgenError, RateProfile
 
     if forecaster not in FORECASTERS:
         fail(f"--forecaster {forecaster!r} is not known; allowed: {', '.join(FORECASTERS)}")
@@ -181,6 +181,8 @@ def ramp(
                     run_ramp(
                         settings,
                         shape,
+                        start=start,
+                        stop=stop,
                         seed=seed,
                         api=cast("Api", api),
                         align_start_second=57.0 if align else None,
@@ -220,7 +222,8 @@ def load(
     so an overloaded server shows as latency and errors, not as a slower client.
     """
     from mark.cli.context import fail, run_async
-    from mark.demo.loadgen import Api, LoadgenError, RateProfile, rich_progress, run_load
+    from mark.demo.loadgen import Api, rich_progress, run_load
+    from mark.demo.rate_profile import LoadgenError, RateProfile
 
     if api not in ("v1", "v2"):
         fail(f"--api {api!r} is not known; allowed: v1, v2")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import cast
 
 import typer
 from rich.progress import Progress
@@ -19,10 +20,16 @@ def profile(
     batches: str = typer.Option("1,2,4,8,16,32", help="batch sizes to time"),
     runs: int = typer.Option(10, min=1, max=1000, help="timed runs per batch size"),
     out: Path | None = typer.Option(None, help="where to write the profile (JSON)"),
+    device: str | None = typer.Option(
+        None,
+        help="auto, cpu or cuda, chosen as an agent chooses (default: the CPU with one thread, "
+        "as the local world's agents run)",
+    ),
 ) -> None:
     """Time real inference for each batch size (warm-up, median of runs) and tune N/W_batch."""
     import numpy as np
 
+    from bouncer.device import DeviceChoice, DeviceUnavailable, Requested, probe, select_device
     from bouncer.runner import ModelLoadError, ModelRunner
     from mark.control import resolve_source
     from provisioner.batching import tune_batching
@@ -35,9 +42,17 @@ def profile(
         fail(f"--batches must be comma-separated integers, got {batches!r}")
     if not sizes or sizes[0] < 1:
         fail("--batches needs positive sizes")
+    if device not in (None, "auto", "cpu", "cuda"):
+        fail(f"--device must be auto, cpu or cuda, got {device!r}")
+    choice: DeviceChoice | None = None
     try:
-        runner = ModelRunner(resolve_source(spec, settings.data_dir))
-    except ModelLoadError as exc:
+        if device is not None:
+            choice = select_device(
+                probe(), neuron_artifact=spec.neuron_artifact, requested=cast(Requested, device)
+            )
+            console.print(f"device: {choice.describe()}", markup=False, highlight=False)
+        runner = ModelRunner(resolve_source(spec, settings.data_dir), choice=choice)
+    except (ModelLoadError, DeviceUnavailable) as exc:
         fail(str(exc))
     example = np.zeros(spec.input.shape, dtype=spec.input.dtype)
     table: dict[int, float] = {}
@@ -49,9 +64,7 @@ def profile(
             bar.advance(task)
             times = []
             for _ in range(runs):
-                t0 = time.perf_counter()
-                runner.run(batch)
-                times.append(time.perf_counter() - t0)
+                times.append(runner.timed(batch))  # the device synchronized around it
                 bar.advance(task)
             table[b] = float(np.median(times))
     rt_max_s = spec.slo.rt_max_ms / 1000.0

@@ -111,5 +111,11 @@ def plan(
                     console.print(f"  · {line}", highlight=False)
                 for iid, why in p.explanation.get("held", []):
                     console.print(f"  · held {iid}: {why}", highlight=False)
+                for label, capacity, source in p.explanation.get("offerings", []):
+                    console.print(
+                        f"  · offering {label}: {capacity:.1f} r/s within the SLO, "
+                        f"profile {source}",
+                        highlight=False,
+                    )
 
     run_async(go())

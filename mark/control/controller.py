@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mark.catalog import Catalog, load_catalog
@@ -29,6 +29,7 @@ from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
 from provisioner.control_state import ControlState, Note, StepConfig
 from provisioner.greedy import PlannerOption
+from provisioner.health_step import HealthConfig, HealthFact, health_step
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
 from provisioner.standby_step import interruption_step
 from provisioner.step import backup_launch, slo_step
@@ -62,11 +63,13 @@ class Controller:
         max_fallbacks: int = 3,
         unavailable_ttl_s: float = UNAVAILABLE_OFFERING_TTL_S,
         fixed_hourly: float = 0.0,
+        profile_sources: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.settings = settings
         self.fleet = fleet
         self.store = store
-        self.options = options
+        self.options = dict(options)
+        self.profile_sources = {m: dict(v) for m, v in (profile_sources or {}).items()}
         self.boot_s = boot_s
         self.catalog = catalog if catalog is not None else load_catalog()
         self.standby_capacity = dict(standby_capacity or {})
@@ -88,6 +91,8 @@ class Controller:
             Reconciler(fleet, t.update_period_s, unavailable_ttl_s),
         )
         self._lock = asyncio.Lock()
+        self.health: Callable[[], tuple[Mapping[str, HealthFact], float] | None] | None = None
+        """Agents' health as the daemon sees it; None (the simulator): no health rules."""
 
     # -- configuration ------------------------------------------------------
 
@@ -114,6 +119,14 @@ class Controller:
             unavailable_ttl_s=self.unavailable_ttl_s,
         )
 
+    async def set_options(
+        self, model: str, options: Sequence[PlannerOption], sources: Mapping[str, str]
+    ) -> None:
+        """New ratings of a model's offerings (a profile was measured); the next step uses them."""
+        async with self._lock:
+            self.options[model] = list(options)
+            self.profile_sources[model] = dict(sources)
+
     def prometheus(self) -> str:
         """The control loop's counters for ``/metrics``."""
         return self._parts.recorder.prometheus()
@@ -134,6 +147,10 @@ class Controller:
         for spec in self.settings.models:
             # Listed again per model: the cluster's spend rail sees what earlier models bought.
             everything = await self.fleet.list()
+            view = self.health() if self.health is not None else None
+            facts = view[0] if view is not None else None
+            if view is not None and await self._replace_unhealthy(spec, now, everything, *view):
+                everything = await self.fleet.list()
             result, self.state = await run_plan_step(
                 spec,
                 now,
@@ -142,13 +159,43 @@ class Controller:
                 self.config_for(spec),
                 self.options.get(spec.name, ()),
                 self.fixed_hourly,
+                self.profile_sources.get(spec.name, {}),
                 self.max_fallbacks,
                 self._parts.history,
                 self._parts.recorder,
                 self._parts.reconciler,
+                facts,
             )
             out.append(result)
         return out
+
+    async def _replace_unhealthy(
+        self,
+        spec: ModelSpec,
+        now: float,
+        everything: Sequence[InstanceInfo],
+        facts: Mapping[str, HealthFact],
+        since: float,
+    ) -> bool:
+        """Terminate what never got ready or stopped serving (the plan then replaces it)."""
+        snap = snapshot(spec.name, now, everything, self.price, (), fixed_hourly=self.fixed_hourly)
+        t = self.settings.timings
+        cfg = HealthConfig(
+            boot_deadline_s=t.boot_deadline_s or 3.0 * self.boot_s,
+            unhealthy_after_s=t.unhealthy_after_s,
+            avoid_s=self.unavailable_ttl_s,
+        )
+        change, notes, self.state = health_step(snap, self.state, facts, cfg, since)
+        recorder = self._parts.recorder
+        if change is not None:
+            error = await self._parts.reconciler.terminate(change.instance_ids)
+            if error is not None:
+                notes.append(Note("retire-failed", error))
+            else:
+                gone = [i for i in everything if i.instance_id in change.instance_ids]
+                await recorder.bill_retired(spec.name, change.instance_ids, gone, now)
+        await recorder.record(spec.name, now, notes)
+        return change is not None
 
     async def check_slo(self, now: float, latencies: Mapping[str, Sequence[float]]) -> list[str]:
         """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.

@@ -4,7 +4,7 @@ recorded. The decisions are all pure steps; this is their order and their effect
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mark.config import ModelSpec
@@ -16,6 +16,7 @@ from mark.ports import InstanceInfo, InstanceState
 from mark.state.records import PlanRecord
 from provisioner.control_state import ControlState, Note, Snapshot, StepConfig
 from provisioner.greedy import NoFeasibleOption, PlannerOption
+from provisioner.health_step import HealthFact, with_readiness
 from provisioner.standby_step import standby_pool_step
 from provisioner.step import PlanStep, avoid_offering, plan_step, retirements
 
@@ -40,17 +41,23 @@ async def run_plan_step(
     cfg: StepConfig,
     options: Sequence[PlannerOption],
     fixed_hourly: float,
+    sources: Mapping[str, str],
     max_fallbacks: int,
     history: LoadHistory,
     recorder: Recorder,
     reconciler: Reconciler,
+    facts: Mapping[str, HealthFact] | None = None,
 ) -> tuple[StepResult, ControlState]:
-    """Plan and act for one model; returns what happened and the next control state."""
+    """Plan and act for one model; returns what happened and the next control state.
+
+    With ``facts`` (the agents' health), an instance counts as ready only once its
+    agent said so, and one failing its probe is not counted as capacity.
+    """
     model = spec.name
     live = [i for i in everything if i.state in LIVE]
     forecast, peak = await history.forecast(model, now, cfg.window_steps)
     price = recorder.price
-    snap = snapshot(model, now, live, price, options, forecast, peak, fixed_hourly)
+    snap = _ready(snapshot(model, now, live, price, options, forecast, peak, fixed_hourly), facts)
     launched: list[InstanceInfo] = []
     notes: list[Note] = []
     failed = 0
@@ -86,7 +93,9 @@ async def run_plan_step(
             )
             break
         live = [i for i in await reconciler.fleet.list() if i.state in LIVE]
-        snap = snapshot(model, now, live, price, options, result.forecast, peak, fixed_hourly)
+        snap = _ready(
+            snapshot(model, now, live, price, options, result.forecast, peak, fixed_hourly), facts
+        )
     assert result is not None
     retire, held_note = retirements(result.retire, failed)
     if held_note is not None:
@@ -122,6 +131,10 @@ async def run_plan_step(
                 "lines": result.plan.explain(),
                 "held": [list(h) for h in result.held],
                 "shortfall": [list(x) for x in result.plan.shortfall],
+                "offerings": [
+                    [o.label, o.capacity_rps, sources.get(o.instance_type, "given")]
+                    for o in options
+                ],
             },
             decisions=recorder.decisions(model, now, notes),
         )
@@ -139,6 +152,10 @@ async def run_plan_step(
         ),
         state,
     )
+
+
+def _ready(snap: Snapshot, facts: Mapping[str, HealthFact] | None) -> Snapshot:
+    return snap if facts is None else with_readiness(snap, facts)
 
 
 async def _standbys(

@@ -8,25 +8,22 @@ process (thinning of a homogeneous one at the profile's peak), so the 5 s
 rate windows the daemon samples are as bursty as real independent clients.
 
 The rate follows a piecewise-linear profile (``"0:5,60:40,180:40,240:5"``,
-seconds:requests/s) or a trace file replayed faster than real time. Bodies
-are valid inputs built from the model's own metadata (``GET
-/v2/models/{name}``), for the V1 or V2 endpoint. Every request's outcome is
-kept (when it was due, when it went out, latency, status, who served it if the
-response says), and a summary gives sent / ok / errors, percentiles, the
-fraction within RT_max and how many spilled to Lambda.
+seconds:requests/s) or a trace file replayed faster than real time
+(``mark.demo.rate_profile``). Bodies are valid inputs built from the model's
+own metadata (``GET /v2/models/{name}``), for the V1 or V2 endpoint. Every
+request's outcome is kept (when it was due, when it went out, latency, status,
+who served it if the response says), and a summary gives sent / ok / errors,
+percentiles, the fraction within RT_max and how many spilled to Lambda
+(``mark.demo.load_results``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import math
 import re
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
@@ -35,10 +32,10 @@ import orjson
 from numpy.typing import NDArray
 
 from bouncer.wire import SERVED_BY_HEADER
-from mark.errors import MarkError
+from mark.demo.load_results import RequestResult, Summary, summarize
+from mark.demo.rate_profile import LoadgenError, RateProfile, arrival_times
 
 Api = Literal["v1", "v2"]
-FloatArray = NDArray[np.float64]
 
 _V2_DTYPES: dict[str, str] = {
     "FP32": "float32",
@@ -54,144 +51,6 @@ _SPILLED_METRIC = re.compile(
     r'^mark_requests_total\{model="(?P<model>[^"]+)",outcome="spilled"\}\s+(?P<n>[0-9.eE+-]+)$',
     re.MULTILINE,
 )
-
-
-class LoadgenError(MarkError):
-    """Bad input to the load generator (a profile, a trace, a model the server lacks)."""
-
-
-# -- rate profiles -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RateProfile:
-    """Requests per second over time: straight lines between (seconds, rate) points.
-
-    The first point is at 0 s, times strictly increase, and the run lasts
-    until the last point.
-    """
-
-    points: tuple[tuple[float, float], ...]
-
-    def __post_init__(self) -> None:
-        if len(self.points) < 2:
-            raise LoadgenError(
-                f"a rate profile needs at least two points (e.g. 0:5,60:40), got {len(self.points)}"
-            )
-        times = [t for t, _ in self.points]
-        if times[0] != 0:
-            raise LoadgenError(f"a rate profile must start at 0 s, not {times[0]:g} s")
-        for a, b in itertools.pairwise(times):
-            if b <= a:
-                raise LoadgenError(f"profile times must increase: {b:g} s comes after {a:g} s")
-        for t, r in self.points:
-            if not (math.isfinite(t) and math.isfinite(r)) or r < 0:
-                raise LoadgenError(f"rate at {t:g} s is {r:g}; rates must be finite and >= 0")
-        if self.peak <= 0:
-            raise LoadgenError("every rate in the profile is 0: nothing would be sent")
-
-    @classmethod
-    def parse(cls, text: str) -> RateProfile:
-        """``"0:5,60:40,180:40,240:5"``: comma-separated seconds:requests-per-second."""
-        points = []
-        for item in text.split(","):
-            t, sep, r = item.strip().partition(":")
-            if not sep:
-                raise LoadgenError(
-                    f"profile point {item.strip()!r} is not SECONDS:RATE (e.g. 0:5,60:40,240:5)"
-                )
-            try:
-                points.append((float(t), float(r)))
-            except ValueError:
-                raise LoadgenError(
-                    f"profile point {item.strip()!r}: seconds and rate must be numbers"
-                ) from None
-        return cls(tuple(points))
-
-    @classmethod
-    def from_options(
-        cls, profile: str | None, trace: Path | None, speedup: float, scale: float, default: str
-    ) -> RateProfile:
-        """The CLI's choice: ``--profile`` text or a ``--trace`` file, never both."""
-        if trace is not None and profile is not None:
-            raise LoadgenError("give --profile or --trace, not both")
-        if trace is not None:
-            return cls.from_trace(trace, speedup=speedup, scale=scale)
-        return cls.parse(profile or default)
-
-    @classmethod
-    def from_trace(
-        cls,
-        path: str | Path,
-        *,
-        speedup: float = 60.0,
-        scale: float = 1.0,
-        start_minute: int = 0,
-        minutes: int | None = None,
-    ) -> RateProfile:
-        """A trace's per-minute maximum rates, replayed ``speedup`` times faster.
-
-        With the default 60 a trace minute lasts one second. Missing minutes
-        (trace gaps) are interpolated, as the predictor does. ``scale``
-        multiplies every rate, so a busy trace fits one machine.
-        """
-        from predictor.base import fill_gaps
-        from predictor.traces import load_trace
-
-        if speedup <= 0 or scale <= 0:
-            raise LoadgenError(f"speedup and scale must be > 0, got {speedup:g} and {scale:g}")
-        try:
-            history = load_trace(path)
-        except Exception as exc:  # the trace loader's errors are one-line already
-            raise LoadgenError(str(exc)) from None
-        values = fill_gaps(history.values)[start_minute:]
-        if minutes is not None:
-            values = values[:minutes]
-        if values.size < 2:
-            raise LoadgenError(
-                f"{path}: fewer than 2 minutes left from minute {start_minute}; "
-                "choose an earlier start or more minutes"
-            )
-        step = 60.0 / speedup
-        return cls(tuple((k * step, float(v) * scale) for k, v in enumerate(values)))
-
-    @property
-    def duration(self) -> float:
-        return self.points[-1][0]
-
-    @property
-    def peak(self) -> float:
-        return max(r for _, r in self.points)
-
-    def rate(self, t: float | FloatArray) -> FloatArray:
-        """The profile's rate at time(s) ``t``; 0 outside [0, duration]."""
-        times = np.array([p[0] for p in self.points])
-        rates = np.array([p[1] for p in self.points])
-        out = np.interp(np.asarray(t, dtype=np.float64), times, rates, left=0.0, right=0.0)
-        return np.asarray(out, dtype=np.float64)
-
-    def expected_requests(self) -> float:
-        """The integral of the rate: how many requests a run sends on average."""
-        total = 0.0
-        for (t0, r0), (t1, r1) in itertools.pairwise(self.points):
-            total += (t1 - t0) * (r0 + r1) / 2.0
-        return total
-
-    def __str__(self) -> str:
-        return ",".join(f"{t:g}:{r:g}" for t, r in self.points)
-
-
-def arrival_times(profile: RateProfile, rng: np.random.Generator) -> FloatArray:
-    """Arrival offsets (s, sorted) of a Poisson process whose rate follows ``profile``.
-
-    Thinning (Lewis & Shedler): draw a homogeneous process at the peak rate
-    and keep each point with probability rate(t) / peak. Exact, and vectorised.
-    """
-    peak, span = profile.peak, profile.duration
-    n = int(rng.poisson(peak * span))
-    candidates = np.sort(rng.uniform(0.0, span, n))
-    keep = rng.uniform(0.0, peak, n) < profile.rate(candidates)
-    return np.asarray(candidates[keep], dtype=np.float64)
 
 
 # -- what the model takes ------------------------------------------------------
@@ -296,98 +155,6 @@ async def spilled_count(session: aiohttp.ClientSession, base_url: str, model: st
         if m["model"] == model:
             return int(float(m["n"]))
     return None
-
-
-# -- outcomes and their summary --------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RequestResult:
-    """One request: due at ``due_s`` into the run, sent at ``sent_s``; status 0 = no answer."""
-
-    due_s: float
-    sent_s: float
-    latency_s: float
-    status: int
-    served_by: str | None = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == 200 and self.error is None
-
-
-@dataclass(frozen=True)
-class Summary:
-    sent: int
-    ok: int
-    errors: int
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    within_rt_max: float | None  # of all sent: answered OK within RT_max
-    rt_max_ms: float | None
-    spilled: int | None
-    served_by: Mapping[str, int]
-    max_send_lag_ms: float  # how far behind schedule the generator fell
-    error_kinds: Mapping[str, int] = field(default_factory=dict)  # HTTP status or exception
-
-    def lines(self) -> list[str]:
-        within = (
-            f"{self.within_rt_max:.1%} within RT_max {self.rt_max_ms:g} ms"
-            if self.within_rt_max is not None and self.rt_max_ms is not None
-            else "RT_max unknown"
-        )
-        spilled = "unknown" if self.spilled is None else str(self.spilled)
-        out = [
-            f"sent {self.sent}, ok {self.ok}, errors {self.errors}, spilled to Lambda {spilled}",
-            f"latency p50 {self.p50_ms:.1f} ms, p95 {self.p95_ms:.1f} ms, "
-            f"p99 {self.p99_ms:.1f} ms; {within}",
-            f"sender fell behind schedule by at most {self.max_send_lag_ms:.1f} ms",
-        ]
-        if self.error_kinds:
-            kinds = sorted(self.error_kinds.items(), key=lambda kv: -kv[1])
-            out.append("errors: " + ", ".join(f"{k} x{v}" for k, v in kinds))
-        if self.served_by:
-            out.append(
-                "served by: " + ", ".join(f"{k} {v}" for k, v in sorted(self.served_by.items()))
-            )
-        return out
-
-
-def summarize(
-    outcomes: Sequence[RequestResult], rt_max_ms: float | None, spilled: int | None = None
-) -> Summary:
-    """Percentiles over answered requests; ``spilled`` from the daemon when responses are silent."""
-    ok = [o for o in outcomes if o.ok]
-    lat = np.array([o.latency_s * 1000.0 for o in ok]) if ok else np.zeros(1)
-    p50, p95, p99 = (float(x) for x in np.percentile(lat, [50, 95, 99]))
-    served = Counter(o.served_by for o in outcomes if o.served_by is not None)
-    if served and spilled is None:
-        spilled = served.get("lambda", 0)
-    within = None
-    if rt_max_ms is not None and outcomes:
-        within = sum(o.latency_s * 1000.0 <= rt_max_ms for o in ok) / len(outcomes)
-    lag = max((o.sent_s - o.due_s for o in outcomes), default=0.0)
-    kinds = Counter(
-        str(o.status) if o.status else (o.error or "?").split(":", 1)[0]
-        for o in outcomes
-        if not o.ok
-    )
-    return Summary(
-        sent=len(outcomes),
-        ok=len(ok),
-        errors=len(outcomes) - len(ok),
-        p50_ms=p50,
-        p95_ms=p95,
-        p99_ms=p99,
-        within_rt_max=within,
-        rt_max_ms=rt_max_ms,
-        spilled=spilled,
-        served_by=dict(served),
-        max_send_lag_ms=max(0.0, lag) * 1000.0,
-        error_kinds=dict(kinds),
-    )
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """`mark demo ramp`: the local world under a load that ramps up and down, and what the loop did.
 
-The daemon is started in-process (``mark.daemon.start``/``stop``, as the
-end-to-end tests do) with the demo's settings, the open-loop load generator
+The daemon is started in-process with the demo's settings, by the
+``start``/``stop`` the caller hands in (``mark.daemon``'s: the CLI and the
+end-to-end tests import it, this module does not), the open-loop load generator
 follows a rate profile, a sampler notes every second which instances are
 pending and which serve, and afterwards the store's plans, decisions and
 instance events are read back into a ``RampRun``; ``mark.demo.ramp_report``
@@ -17,23 +18,28 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import signal
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
 if TYPE_CHECKING:  # not at run time: agents import this module for ``digits_x40``
     from mark.config import Settings
-    from mark.demo.loadgen import Api, LoadResult, ProgressFn, RateProfile
+    from mark.control import Controller
+    from mark.demo.loadgen import Api, LoadResult, ProgressFn
+    from mark.demo.rate_profile import RateProfile
+    from mark.ports import Store
+    from mark.serve.endpoint import Served
     from mark.state.records import ArrivalWindow, Decision, InstanceRecord, PlanRecord
+    from mark.world import World
 
 ForecasterChoice = Literal["lstm", "last", "config"]
 T = TypeVar("T")
+R = TypeVar("R", bound="DaemonRun")
 
 DEFAULT_PROFILE = "0:4,60:4,240:60,360:60,480:4,780:4"
 """1 min at 4 r/s, 3 min up to 60, 2 min at 60, 2 min down, 5 min at 4 (cool-down visible)."""
@@ -193,6 +199,25 @@ class RampRun:
         return 0.0 if rec is None else self.capacity.get((rec.instance_type, rec.market), 0.0)
 
 
+class DaemonRun(Protocol):
+    """What ``run_ramp`` reads of a started daemon (``mark.daemon.Running``)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def world(self) -> World: ...
+
+    @property
+    def models(self) -> Mapping[str, Served]: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def controller(self) -> Controller | None: ...
+
+
 async def _wait_until_second(second: float) -> None:
     """Sleep until the wall clock's second-of-minute is ``second`` (at most a minute)."""
     await asyncio.sleep((second - time.time() % 60.0) % 60.0)
@@ -202,6 +227,8 @@ async def run_ramp(
     settings: Settings,
     profile: RateProfile,
     *,
+    start: Callable[[Settings], Awaitable[R]],
+    stop: Callable[[R], Awaitable[None]],
     seed: int = 0,
     api: Api = "v2",
     align_start_second: float | None = 57.0,
@@ -210,13 +237,13 @@ async def run_ramp(
 ) -> RampRun:
     """Start the daemon, run the profile against it, read back what the control loop did.
 
+    ``start``/``stop`` start and stop the daemon in-process (``mark.daemon``'s).
     ``align_start_second``: start the daemon at this second of a minute, so its
     control steps (every P_u from start) fall just after minute boundaries and
     line up with the per-minute latency roll-ups. ``load_offset_at_minute``:
     start the load so that this offset of the profile falls on a minute boundary.
     """
     from mark.control import LIVE
-    from mark.daemon import start, stop
     from mark.demo.loadgen import run_load
     from mark.ports import InstanceRole
 
@@ -382,78 +409,3 @@ def heavy_model_overrides(rt_max_ms: float = 100.0) -> dict[str, Any]:
             }
         ]
     }
-
-
-# -- what `mark demo ramp` runs with ------------------------------------------------
-
-
-def fresh_store(out: Path) -> Path:
-    """``out/ramp.db``, deleted first: each run its own store, the timeline this run's only."""
-    out.mkdir(parents=True, exist_ok=True)
-    db = out / "ramp.db"
-    db.unlink(missing_ok=True)
-    return db
-
-
-def use_demo_model(settings: Settings) -> None:
-    """Build the digits model if it is missing, and let the agents (children) find it."""
-    from mark.demo.model import ensure_demo_model
-
-    ensure_demo_model(settings.data_dir)
-    os.environ["MARK_DATA_DIR"] = str(settings.data_dir)
-
-
-@dataclass
-class RampSettings:
-    """The demo's settings in layers: the config file < the demo's values < the user's --set.
-
-    The demo's values grow as the run is prepared (the calibrated slowdown,
-    the forecaster's model file); --set still beats every one of them.
-    """
-
-    config_file: Path | None
-    demo: dict[str, Any]
-    user: dict[str, Any]
-
-    @classmethod
-    def for_run(
-        cls,
-        config_file: Path | None,
-        user: Mapping[str, Any],
-        *,
-        database: Path,
-        update_period_s: float,
-        cooldown_s: float,
-        boot_delay_s: float,
-        slowdown: float | None,
-        plain_model: bool,
-    ) -> RampSettings:
-        """The demo's timings and store; ``digits_x40`` unless ``plain_model``."""
-        demo = demo_overrides(
-            update_period_s=update_period_s,
-            cooldown_s=cooldown_s,
-            boot_delay_s=boot_delay_s,
-            slowdown=slowdown or 1.0,
-        )
-        demo["database_url"] = f"sqlite:///{database.resolve()}"
-        if not plain_model:
-            demo = deep_merge(demo, heavy_model_overrides())
-        return cls(config_file, demo, dict(user))
-
-    def load(self) -> Settings:
-        from mark.config import load_settings
-
-        return load_settings(self.config_file, deep_merge(self.demo, self.user))
-
-    def add(self, over: Mapping[str, Any]) -> None:
-        """Add to the demo's values (``over`` wins over them, not over --set)."""
-        self.demo = deep_merge(self.demo, over)
-
-    def calibrate(self, settings: Settings, t1_s: float) -> tuple[float, float]:
-        """Emulate the c5.large at the slowdown that gives it T_1 ``t1_s`` on this machine.
-
-        Returns (slowdown, measured T_1), as ``calibrated_slowdown``.
-        """
-        slowdown, measured = calibrated_slowdown(settings, t1_s)
-        self.add({"local": {"slowdown": {"c5.large": slowdown}}})
-        return slowdown, measured

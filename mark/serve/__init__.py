@@ -1,3 +1,3 @@
 """The request path: the REST endpoint clients call (``endpoint``, ``codec``,
-``openapi``), the per-model dispatcher that batches to instances and spills to
-Lambda (``dispatcher``), and the telemetry it feeds (``telemetry``)."""
+``binary_tensors``, ``openapi``), the per-model dispatcher that batches to instances
+and spills to Lambda (``dispatcher``), and the telemetry it feeds (``telemetry``)."""

@@ -2,7 +2,9 @@
 
 - TF-Serving V1: ``{"instances": [...]}`` in, ``{"predictions": [...]}`` out.
 - Open Inference Protocol V2 (KServe, Triton): ``{"inputs": [{"name", "shape",
-  "datatype", "data"}]}`` in, ``{"model_name", "outputs": [...]}`` out.
+  "datatype", "data"}]}`` in, ``{"model_name", "outputs": [...]}`` out; with the
+  binary tensor data extension (``mark.serve.binary_tensors``), tensors may
+  travel as raw bytes after the JSON object, in either direction.
 
 Parsing is strict and pure: any mistake a client can make becomes a
 ``BadRequest`` with a status and a message saying what was wrong, never a 500.
@@ -18,7 +20,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from bouncer.wire import dump_json
 from mark.config import InputSchema
+from mark.serve import binary_tensors
 
 V2_TYPES: dict[str, str] = {
     "float32": "FP32",
@@ -29,6 +33,8 @@ V2_TYPES: dict[str, str] = {
     "bool": "BOOL",
 }
 FROM_V2 = {v: k for k, v in V2_TYPES.items()}
+OUTPUT_NAME = "output"
+"""The one output tensor every model has, as V2 names it."""
 
 
 class BadRequest(Exception):
@@ -58,6 +64,29 @@ def parse_json(body: bytes) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(400, f"body is not valid JSON: {exc}") from None
+
+
+def split_v2(body: bytes, header_length: str | None) -> tuple[Any, bytes]:
+    """A V2 request body: its JSON object, parsed, and the binary tensor data after it.
+
+    ``header_length`` is the ``Inference-Header-Content-Length`` header, if sent.
+    """
+    try:
+        head, binary = binary_tensors.split_body(body, header_length)
+    except ValueError as exc:
+        raise BadRequest(400, str(exc)) from None
+    return parse_json(head), binary
+
+
+def _parameters(obj: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    params = obj.get("parameters", {})
+    if not isinstance(params, Mapping):
+        raise BadRequest(400, f'"parameters" of {what} must be an object')
+    if "shared_memory_region" in params:
+        raise BadRequest(
+            400, f"{what} names a shared memory region; mark takes tensors in the body only"
+        )
+    return params
 
 
 def _to_array(data: Any, schema: InputSchema, what: str) -> np.ndarray[Any, Any]:
@@ -116,7 +145,8 @@ def parse_v1(body: Any, schema: InputSchema, max_batch: int) -> Tensor:
     return Tensor(arr)
 
 
-def parse_v2(body: Any, schema: InputSchema, max_batch: int) -> Tensor:
+def parse_v2(body: Any, schema: InputSchema, max_batch: int, binary: bytes = b"") -> Tensor:
+    """The input tensor of a V2 request; ``binary`` is the data after its JSON object."""
     if not isinstance(body, Mapping):
         raise BadRequest(400, 'body must be a JSON object like {"inputs": [...]}')
     inputs = body.get("inputs")
@@ -127,12 +157,19 @@ def parse_v2(body: Any, schema: InputSchema, max_batch: int) -> Tensor:
     inp = inputs[0]
     if not isinstance(inp, Mapping):
         raise BadRequest(400, "each input must be an object with name, shape, datatype, data")
-    for key in ("name", "shape", "datatype", "data"):
+    for key in ("name", "shape", "datatype"):
         if key not in inp:
             raise BadRequest(400, f'input is missing field "{key}"')
     name, shape, datatype = inp["name"], inp["shape"], inp["datatype"]
     if not isinstance(name, str):
         raise BadRequest(400, '"name" must be a string')
+    what = f'input "{name}"'
+    params = _parameters(inp, what)
+    size = params.get("binary_data_size")
+    if size is None and "data" not in inp:
+        raise BadRequest(400, 'input is missing field "data"')
+    if size is not None and "data" in inp:
+        raise BadRequest(400, f'{what} has both "data" and a "binary_data_size": send one')
     if (
         not isinstance(shape, list)
         or not shape
@@ -149,13 +186,65 @@ def parse_v2(body: Any, schema: InputSchema, max_batch: int) -> Tensor:
             400,
             f'"shape" {shape} does not match the model input {[-1, *schema.shape]}',
         )
-    arr = _to_array(inp["data"], schema, f'input "{name}" data')
     count = math.prod(shape)
-    if arr.size != count:
-        raise BadRequest(400, f'input "{name}" has {arr.size} values; shape {shape} needs {count}')
+    if size is None:
+        if binary:
+            raise BadRequest(
+                400,
+                f"{len(binary)} bytes follow the JSON object, "
+                'but no input has a "binary_data_size" parameter',
+            )
+        arr = _to_array(inp["data"], schema, f"{what} data")
+        if arr.size != count:
+            raise BadRequest(400, f"{what} has {arr.size} values; shape {shape} needs {count}")
+    else:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise BadRequest(400, f'"binary_data_size" of {what} must be a byte count')
+        if size != len(binary):
+            raise BadRequest(
+                400,
+                f'{what} has "binary_data_size" {size}, but {len(binary)} bytes follow the '
+                "JSON object (is the Inference-Header-Content-Length header right?)",
+            )
+        try:
+            flat = binary_tensors.decode(datatype, binary, count)
+        except ValueError as exc:
+            raise BadRequest(400, f"{what}: {exc}") from None
+        arr = _to_array(flat, schema, f"{what} data")
     arr = arr.reshape(shape)
-    _check_shape(arr, schema, f'input "{name}"')
+    _check_shape(arr, schema, what)
     return Tensor(arr, input_name=name)
+
+
+def parse_v2_outputs(body: Mapping[str, Any]) -> bool:
+    """Whether a V2 request (already parsed by ``parse_v2``) wants its output as binary data.
+
+    ``"outputs"``, if sent, may only name the model's output; a requested output's
+    ``"binary_data"`` overrides the request's ``"binary_data_output"`` (default false).
+    """
+    binary = _parameters(body, "the request").get("binary_data_output", False)
+    if not isinstance(binary, bool):
+        raise BadRequest(400, '"binary_data_output" must be true or false')
+    outputs = body.get("outputs")
+    if outputs is None:
+        return binary
+    if not isinstance(outputs, list):
+        raise BadRequest(400, '"outputs" must be a list of objects like {"name": "output"}')
+    wanted = binary
+    for out in outputs:
+        if not isinstance(out, Mapping) or not isinstance(out.get("name"), str):
+            raise BadRequest(400, 'each requested output must be an object with a "name"')
+        if out["name"] != OUTPUT_NAME:
+            raise BadRequest(
+                400, f"unknown output {out['name']!r}; the model has one, {OUTPUT_NAME!r}"
+            )
+        params = _parameters(out, f'output "{OUTPUT_NAME}"')
+        if "classification" in params:
+            raise BadRequest(400, "the classification extension is not supported")
+        wanted = params.get("binary_data", binary)
+        if not isinstance(wanted, bool):
+            raise BadRequest(400, '"binary_data" must be true or false')
+    return wanted
 
 
 def encode_v1(outputs: Sequence[Any]) -> dict[str, Any]:
@@ -171,9 +260,25 @@ def encode_v2(model: str, outputs: Sequence[Any], request_id: str | None) -> dic
     body: dict[str, Any] = {
         "model_name": model,
         "outputs": [
-            {"name": "output", "shape": list(arr.shape), "datatype": kind, "data": arr.ravel()}
+            {"name": OUTPUT_NAME, "shape": list(arr.shape), "datatype": kind, "data": arr.ravel()}
         ],
     }
     if request_id is not None:
         body["id"] = request_id
     return body
+
+
+def encode_v2_binary(
+    model: str, outputs: Sequence[Any], request_id: str | None
+) -> tuple[bytes, int]:
+    """The V2 response with the output as binary data, and the length of its JSON object.
+
+    The body is the JSON object, then the output's bytes; the length goes in the
+    ``Inference-Header-Content-Length`` header.
+    """
+    body = encode_v2(model, outputs, request_id)
+    (out,) = body["outputs"]
+    raw = binary_tensors.encode(out.pop("data"), out["datatype"])
+    out["parameters"] = {"binary_data_size": len(raw)}
+    head = dump_json(body)
+    return head + raw, len(head)

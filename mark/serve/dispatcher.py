@@ -147,6 +147,11 @@ class Dispatcher:
             fresh[b.instance_id] = b
         self.backends = fresh
 
+    @property
+    def can_serve(self) -> bool:
+        """A request has somewhere to go now: an instance's agent, or the spill function."""
+        return bool(self.backends) or self.serverless is not None
+
     # -- request path ----------------------------------------------------
 
     async def submit(self, rows: np.ndarray[Any, Any]) -> list[Outcome]:

@@ -3,6 +3,12 @@
 Handlers parse and validate (``mark.serve.codec``), hand rows to the model's
 dispatcher, and encode the outcomes. A middleware turns anything unexpected
 into a JSON 500 *and logs it*; client mistakes never get that far.
+
+V2 as Triton's reference clients speak it: server metadata (``GET /v2``), model
+readiness, the binary tensor data extension both ways, and every model route
+also under ``/versions/1`` (mark serves one version of each model). A model is
+ready while a request has somewhere to go: an instance, or the spill function.
+TF-Serving's model status (``GET /v1/models/{name}``) says the same in V1 terms.
 """
 
 from __future__ import annotations
@@ -10,20 +16,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from importlib import metadata
 
 from aiohttp import web
 
 from bouncer.wire import SERVED_BY_HEADER, dump_json
 from mark.config import ModelSpec, Settings
+from mark.serve.binary_tensors import HEADER_LENGTH, OCTET_STREAM
 from mark.serve.codec import (
+    OUTPUT_NAME,
     V2_TYPES,
     BadRequest,
     Tensor,
     encode_v1,
     encode_v2,
+    encode_v2_binary,
     parse_json,
     parse_v1,
     parse_v2,
+    parse_v2_outputs,
+    split_v2,
 )
 from mark.serve.dispatcher import Dispatcher, Outcome
 from mark.serve.openapi import openapi_document
@@ -32,6 +44,17 @@ from mark.serve.telemetry import Telemetry
 log = logging.getLogger("mark.api")
 
 MAX_INSTANCES_PER_REQUEST = 1024
+MODEL_VERSION = "1"
+"""The one version of each model mark serves, as V2 and TF-Serving name it."""
+EXTENSIONS = ["binary_tensor_data"]
+"""The V2 protocol extensions implemented, as server metadata lists them."""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("mark")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 @dataclass
@@ -50,6 +73,8 @@ class ApiState:
     is_ready: Callable[[], bool]
     more_metrics: Callable[[], str] | None = None
     """The control loop's counters, once it runs (spend-rail hits, forecast clips)."""
+    version: str = "0+unknown"
+    """mark's own version, as server metadata reports it."""
 
 
 STATE: web.AppKey[ApiState] = web.AppKey("mark_api", ApiState)
@@ -102,7 +127,20 @@ def _served(request: web.Request) -> Served:
     served = request.app[STATE].models.get(name)
     if served is None:
         raise BadRequest(404, f"unknown model {name!r}; GET /v1/models lists them")
+    version = request.match_info.get("version", MODEL_VERSION)
+    if version != MODEL_VERSION:
+        raise BadRequest(
+            404, f"model {name!r} has no version {version!r}; mark serves version {MODEL_VERSION}"
+        )
     return served
+
+
+def _can_serve(state: ApiState, served: Served) -> bool:
+    """Whether the model is ready: a request for it has an instance or the spill function."""
+    return state.is_ready() and served.dispatcher is not None and served.dispatcher.can_serve
+
+
+_NOT_SERVABLE = "no instance and no spill function can serve it now"
 
 
 async def live(_: web.Request) -> web.Response:
@@ -114,8 +152,39 @@ async def ready(request: web.Request) -> web.Response:
     return _json({"ready": ok}, 200 if ok else 503)
 
 
+async def server_metadata(request: web.Request) -> web.Response:
+    return _json({"name": "mark", "version": request.app[STATE].version, "extensions": EXTENSIONS})
+
+
+async def model_ready(request: web.Request) -> web.Response:
+    """200 when ready; otherwise 400, as the V2 protocol (and Triton) answer "false"."""
+    served = _served(request)
+    if _can_serve(request.app[STATE], served):
+        return _json({"name": served.spec.name, "ready": True})
+    return _json({"name": served.spec.name, "ready": False, "error": _NOT_SERVABLE}, 400)
+
+
 async def list_models(request: web.Request) -> web.Response:
     return _json({"models": sorted(request.app[STATE].models)})
+
+
+async def model_status_v1(request: web.Request) -> web.Response:
+    """TF-Serving's model status: version 1 is AVAILABLE while ready, else LOADING.
+
+    TF-Serving's states are UNKNOWN, START, LOADING, AVAILABLE, UNLOADING and END;
+    a model waiting for capacity is LOADING, with error code UNAVAILABLE saying why.
+    """
+    served = _served(request)
+    ok = _can_serve(request.app[STATE], served)
+    status = {
+        "version": MODEL_VERSION,
+        "state": "AVAILABLE" if ok else "LOADING",
+        "status": {
+            "error_code": "OK" if ok else "UNAVAILABLE",
+            "error_message": "" if ok else _NOT_SERVABLE,
+        },
+    }
+    return _json({"model_version_status": [status]})
 
 
 async def model_metadata(request: web.Request) -> web.Response:
@@ -123,6 +192,7 @@ async def model_metadata(request: web.Request) -> web.Response:
     return _json(
         {
             "name": m.name,
+            "versions": [MODEL_VERSION],
             "platform": "pytorch_torchscript" if m.loader == "torchscript" else "pytorch",
             "inputs": [
                 {
@@ -131,7 +201,7 @@ async def model_metadata(request: web.Request) -> web.Response:
                     "shape": [-1, *m.input.shape],
                 }
             ],
-            "outputs": [{"name": "output", "datatype": "FP32", "shape": [-1, -1]}],
+            "outputs": [{"name": OUTPUT_NAME, "datatype": "FP32", "shape": [-1, -1]}],
             "slo": {"rt_max_ms": m.slo.rt_max_ms, "sl_min": m.slo.sl_min},
         }
     )
@@ -162,13 +232,22 @@ async def predict_v1(request: web.Request) -> web.Response:
 
 async def infer_v2(request: web.Request) -> web.Response:
     served = _served(request)
-    body = parse_json(await request.read())
-    tensor = parse_v2(body, served.spec.input, MAX_INSTANCES_PER_REQUEST)
+    body, binary = split_v2(await request.read(), request.headers.get(HEADER_LENGTH))
+    tensor = parse_v2(body, served.spec.input, MAX_INSTANCES_PER_REQUEST, binary)
+    binary_output = parse_v2_outputs(body)
     outcomes = await _run(served, tensor)
+    failure = _failure(outcomes)
+    if failure is not None:
+        return failure
     req_id = body.get("id") if isinstance(body.get("id"), str) else None
-    return _failure(outcomes) or _json(
-        encode_v2(served.spec.name, [o.output for o in outcomes], req_id),
-        headers=_served_by(outcomes),
+    outputs = [o.output for o in outcomes]
+    if not binary_output:
+        return _json(encode_v2(served.spec.name, outputs, req_id), headers=_served_by(outcomes))
+    payload, head_length = encode_v2_binary(served.spec.name, outputs, req_id)
+    return web.Response(
+        body=payload,
+        content_type=OCTET_STREAM,
+        headers={**_served_by(outcomes), HEADER_LENGTH: str(head_length)},
     )
 
 
@@ -195,15 +274,30 @@ def build_app(
         if models is not None
         else {m.name: Served(m, None, None) for m in settings.models}
     )
-    app[STATE] = ApiState(settings, served, is_ready)
+    app[STATE] = ApiState(settings, served, is_ready, version=_version())
+    v2_model = "/v2/models/{name}"
+    v2_version = "/v2/models/{name}/versions/{version}"
+    # A model name has no ':', so GET .../{name}:predict stays a 405, not an unknown model.
+    v1_model = "/v1/models/{name:[^/:]+}"
     app.add_routes(
         [
+            web.get("/v2", server_metadata),
             web.get("/v2/health/live", live),
             web.get("/v2/health/ready", ready),
             web.get("/v1/models", list_models),
-            web.get("/v2/models/{name}", model_metadata),
-            web.post("/v2/models/{name}/infer", infer_v2),
+            web.get(v1_model, model_status_v1),
+            web.get(v1_model + "/versions/{version}", model_status_v1),
             web.post(r"/v1/models/{name}:predict", predict_v1),
+            web.post(r"/v1/models/{name}/versions/{version}:predict", predict_v1),
+            *(
+                route
+                for prefix in (v2_model, v2_version)
+                for route in (
+                    web.get(prefix, model_metadata),
+                    web.get(prefix + "/ready", model_ready),
+                    web.post(prefix + "/infer", infer_v2),
+                )
+            ),
             web.get("/metrics", metrics),
             web.get("/openapi.json", openapi),
         ]

@@ -10,6 +10,22 @@ from typing import Any
 
 from bouncer.wire import SERVED_BY_HEADER
 from mark.config import Settings
+from mark.serve.binary_tensors import HEADER_LENGTH, OCTET_STREAM
+
+VERSION_PARAM = {
+    "name": "version",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "enum": ["1"]},
+}
+_HEADER_LENGTH_PARAM = {
+    "name": HEADER_LENGTH,
+    "in": "header",
+    "required": False,
+    "description": "binary tensor data extension: the length of the JSON object that "
+    "starts the body; the inputs' binary data follows it",
+    "schema": {"type": "integer", "minimum": 0},
+}
 
 _ERROR = {
     "description": "what was wrong",
@@ -54,6 +70,16 @@ def openapi_document(settings: Settings, max_instances: int = 1024) -> dict[str,
             }
         },
         "/v1/models": {"get": _simple("configured models", {"models": {"type": "array"}})},
+        "/v2": {
+            "get": _simple(
+                "server metadata",
+                {
+                    "name": {"type": "string"},
+                    "version": {"type": "string"},
+                    "extensions": {"type": "array", "items": {"type": "string"}},
+                },
+            )
+        },
     }
     for m in settings.models:
         item = _item(m.input.dtype)
@@ -97,8 +123,32 @@ def openapi_document(settings: Settings, max_instances: int = 1024) -> dict[str,
                             },
                             "datatype": {"type": "string"},
                             "data": {"type": "array"},
+                            "parameters": {
+                                "type": "object",
+                                "properties": {
+                                    "binary_data_size": {"type": "integer", "minimum": 0}
+                                },
+                            },
                         },
                     },
+                },
+                "outputs": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string", "enum": ["output"]},
+                            "parameters": {
+                                "type": "object",
+                                "properties": {"binary_data": {"type": "boolean"}},
+                            },
+                        },
+                    },
+                },
+                "parameters": {
+                    "type": "object",
+                    "properties": {"binary_data_output": {"type": "boolean"}},
                 },
             },
         }
@@ -108,7 +158,7 @@ def openapi_document(settings: Settings, max_instances: int = 1024) -> dict[str,
             "413": _ERROR,
             "503": _ERROR,
         }
-        paths[f"/v1/models/{m.name}:predict"] = {
+        v1_predict = {
             "post": {
                 "summary": f"TF-Serving V1 predict on {m.name}",
                 "requestBody": {
@@ -118,29 +168,61 @@ def openapi_document(settings: Settings, max_instances: int = 1024) -> dict[str,
                 "responses": {"200": _prediction({"predictions": {"type": "array"}}), **responses},
             }
         }
-        paths["/v2/models/{name}/infer"] = {
-            "post": {
-                "summary": "Open Inference Protocol V2 infer",
+        paths[f"/v1/models/{m.name}:predict"] = v1_predict
+        paths[f"/v1/models/{m.name}/versions/{{version}}:predict"] = _versioned(v1_predict)
+        v1_status = {
+            "get": {
+                "summary": "TF-Serving V1 model status (AVAILABLE while ready, else LOADING)",
                 "parameters": [name_param],
+                "responses": {
+                    "200": _json({"model_version_status": {"type": "array"}}),
+                    "404": _ERROR,
+                },
+            }
+        }
+        infer = {
+            "post": {
+                "summary": "Open Inference Protocol V2 infer (JSON or binary tensor data)",
+                "parameters": [name_param, _HEADER_LENGTH_PARAM],
                 "requestBody": {
                     "required": True,
-                    "content": {"application/json": {"schema": v2_body}},
+                    "content": {
+                        "application/json": {"schema": v2_body},
+                        OCTET_STREAM: {"schema": {"type": "string", "format": "binary"}},
+                    },
                 },
                 "responses": {
-                    "200": _prediction(
-                        {"model_name": {"type": "string"}, "outputs": {"type": "array"}}
-                    ),
+                    "200": _infer_ok(),
                     **responses,
                 },
             }
         }
-        paths["/v2/models/{name}"] = {
+        metadata = {
             "get": {
                 "summary": "model metadata",
                 "parameters": [name_param],
                 "responses": {"200": _json({"name": {"type": "string"}}), "404": _ERROR},
             }
         }
+        ready = {
+            "get": {
+                "summary": "model readiness: an instance or the spill function can serve it",
+                "parameters": [name_param],
+                "responses": {
+                    "200": _json({"name": {"type": "string"}, "ready": {"type": "boolean"}}),
+                    "400": _json({"name": {"type": "string"}, "ready": {"type": "boolean"}}),
+                    "404": _ERROR,
+                },
+            }
+        }
+        for prefix, version in (("", False), ("/versions/{version}", True)):
+            for path, item in (
+                (f"/v1/models/{{name}}{prefix}", v1_status),
+                (f"/v2/models/{{name}}{prefix}", metadata),
+                (f"/v2/models/{{name}}{prefix}/ready", ready),
+                (f"/v2/models/{{name}}{prefix}/infer", infer),
+            ):
+                paths[path] = _versioned(item) if version else item
     return {
         "openapi": "3.0.3",
         "info": {"title": "mark inference endpoint", "version": "1"},
@@ -168,6 +250,27 @@ _SERVED_BY = {
 
 def _prediction(props: dict[str, Any]) -> dict[str, Any]:
     return {**_json(props), "headers": _SERVED_BY}
+
+
+def _versioned(item: dict[str, Any]) -> dict[str, Any]:
+    """The same operations under ``/versions/{version}``."""
+    return {
+        method: {**op, "parameters": [*op.get("parameters", []), VERSION_PARAM]}
+        for method, op in item.items()
+    }
+
+
+def _infer_ok() -> dict[str, Any]:
+    ok = _prediction({"model_name": {"type": "string"}, "outputs": {"type": "array"}})
+    ok["content"][OCTET_STREAM] = {"schema": {"type": "string", "format": "binary"}}
+    ok["headers"] = {
+        **ok["headers"],
+        HEADER_LENGTH: {
+            "description": "with binary output: the length of the JSON object before it",
+            "schema": {"type": "integer"},
+        },
+    }
+    return ok
 
 
 def _simple(summary: str, props: dict[str, Any]) -> dict[str, Any]:

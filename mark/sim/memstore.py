@@ -23,6 +23,7 @@ from mark.state.records import (
     LatencyRollup,
     LedgerEntry,
     PlanRecord,
+    ProfileRecord,
 )
 
 
@@ -36,6 +37,7 @@ class MemoryStore:
         self._plans: list[PlanRecord] = []
         self._decisions: list[Decision] = []
         self._ledger: list[LedgerEntry] = []
+        self._profiles: dict[tuple[str, str, str], ProfileRecord] = {}
 
     async def close(self) -> None:
         return None
@@ -145,3 +147,11 @@ class MemoryStore:
             ),
             key=lambda e: e.start,
         )
+
+    # -- profiles ----------------------------------------------------------
+
+    async def put_profile(self, p: ProfileRecord) -> None:
+        self._profiles[(p.model, p.instance_type, p.source)] = p
+
+    async def profiles(self, model: str) -> list[ProfileRecord]:
+        return [p for k, p in sorted(self._profiles.items()) if k[0] == model]

@@ -8,6 +8,7 @@ from mark.state.records import (
     LatencyRollup,
     LedgerEntry,
     PlanRecord,
+    ProfileRecord,
 )
 from mark.state.store import SqlStore, open_store
 
@@ -19,6 +20,7 @@ __all__ = [
     "LatencyRollup",
     "LedgerEntry",
     "PlanRecord",
+    "ProfileRecord",
     "SqlStore",
     "open_store",
 ]

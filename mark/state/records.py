@@ -95,3 +95,19 @@ class LedgerEntry:
     billed_seconds: float = 0.0
     requests: int = 0
     gb_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRecord:
+    """T_b of one model on one instance type, and where the numbers came from.
+
+    ``source`` is ``measured`` (an agent timed it on that type), ``shipped`` (a
+    profile file in the model spec) or ``emulated`` (the local world's rule).
+    """
+
+    model: str
+    instance_type: str
+    source: str
+    batch_latency_s: tuple[tuple[int, float], ...]
+    measured_at: float
+    device: str | None = None

@@ -134,3 +134,20 @@ class LedgerRow(Base):
     requests: Mapped[int] = mapped_column(Integer, default=0)
     gb_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     cost: Mapped[float] = mapped_column(Float)
+
+
+class ProfileRow(Base):
+    """T_b of a model on an instance type: the planner rates that offering from it."""
+
+    __tablename__ = "profiles"
+    __table_args__ = (
+        UniqueConstraint("model", "instance_type", "source", name="uq_profiles_model_type"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model: Mapped[str] = mapped_column(String(64))
+    instance_type: Mapped[str] = mapped_column(String(32))
+    source: Mapped[str] = mapped_column(String(16))  # measured | shipped | emulated
+    batch_latency_s: Mapped[Any] = mapped_column(JSON)  # [[batch, seconds], ...]
+    measured_at: Mapped[float] = mapped_column(Float)
+    device: Mapped[str | None] = mapped_column(String(32))

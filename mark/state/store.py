@@ -26,6 +26,7 @@ from mark.state.records import (
     LatencyRollup,
     LedgerEntry,
     PlanRecord,
+    ProfileRecord,
 )
 from mark.state.schema import (
     ArrivalRow,
@@ -36,6 +37,7 @@ from mark.state.schema import (
     LatencyRollupRow,
     LedgerRow,
     PlanRow,
+    ProfileRow,
 )
 
 R = TypeVar("R")
@@ -289,6 +291,54 @@ class SqlStore:
         async with self._session() as s:
             rows = (await s.scalars(q)).all()
         return [_to_record(r, Decision, drop=("id", "plan_id")) for r in rows]
+
+    # -- profiles --------------------------------------------------------
+
+    async def put_profile(self, p: ProfileRecord) -> None:
+        """Record a model's T_b on an instance type; a newer one of the same source replaces it."""
+        async with self._session.begin() as s:
+            row = await s.scalar(
+                select(ProfileRow).where(
+                    ProfileRow.model == p.model,
+                    ProfileRow.instance_type == p.instance_type,
+                    ProfileRow.source == p.source,
+                )
+            )
+            points = [[b, t] for b, t in p.batch_latency_s]
+            if row is None:
+                s.add(
+                    ProfileRow(
+                        model=p.model,
+                        instance_type=p.instance_type,
+                        source=p.source,
+                        batch_latency_s=points,
+                        measured_at=p.measured_at,
+                        device=p.device,
+                    )
+                )
+            else:
+                row.batch_latency_s, row.measured_at, row.device = points, p.measured_at, p.device
+
+    async def profiles(self, model: str) -> list[ProfileRecord]:
+        async with self._session() as s:
+            rows = (
+                await s.scalars(
+                    select(ProfileRow)
+                    .where(ProfileRow.model == model)
+                    .order_by(ProfileRow.instance_type, ProfileRow.source)
+                )
+            ).all()
+        return [
+            ProfileRecord(
+                r.model,
+                r.instance_type,
+                r.source,
+                tuple((int(b), float(t)) for b, t in r.batch_latency_s),
+                r.measured_at,
+                r.device,
+            )
+            for r in rows
+        ]
 
     # -- ledger ----------------------------------------------------------
 

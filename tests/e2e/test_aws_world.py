@@ -44,6 +44,7 @@ from mark.daemon import Running, resolve_source, start, stop
 from mark.demo import load_digits_tensors
 from mark.ports import InstanceRole, InstanceState
 from mark.state import ArrivalWindow, open_store
+from provisioner.batching import PROFILE_BATCHES
 
 REGION = "us-east-1"
 FUNCTION = "mark-spill"
@@ -98,6 +99,24 @@ async def cloud(aws_env: str, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     settings = load_settings(overrides={"data_dir": str(tmp_path)})
     spec = settings.models[0]
     source = resolve_source(spec, tmp_path)  # builds the demo model once
+    # The profile a user ships with the model spec (the format `mark profile` writes):
+    # this machine's T_b, for the offering and the standby type. No guessed speed is used.
+    measured = ModelRunner(source).profile(
+        np.zeros(spec.input.shape, dtype=spec.input.dtype), PROFILE_BATCHES
+    )
+    profile = tmp_path / "digits-profile.json"
+    profile.write_text(
+        json.dumps(
+            [
+                {
+                    "model": spec.name,
+                    "instance_type": t,
+                    "batch_latency_s": {str(b): sec for b, sec in measured.points},
+                }
+                for t in ("c5.large", "t3.large")
+            ]
+        )
+    )
     local = LocalLambda({spec.name: source}, max_concurrency=2, memory_mb=1024)
     await local.start()
     lam = LambdaApi(FUNCTION, local)
@@ -125,6 +144,7 @@ async def cloud(aws_env: str, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
             "port": port,
             "source": source,
             "endpoint": aws_env,
+            "profile": profile,
         }
     finally:
         await host.close()
@@ -135,7 +155,7 @@ async def cloud(aws_env: str, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
 
 def _settings(cloud: dict[str, Any], tmp_path: Path) -> Settings:
     out = cloud["outputs"]
-    return load_settings(
+    settings = load_settings(
         overrides={
             "world": "aws",
             "data_dir": str(tmp_path),
@@ -164,6 +184,8 @@ def _settings(cloud: dict[str, Any], tmp_path: Path) -> Settings:
             "predictor": {"model": "last"},
         }
     )
+    spec = settings.models[0].model_copy(update={"profile": cloud["profile"]})
+    return settings.model_copy(update={"models": (spec,)})
 
 
 async def _seed_load(settings: Settings, rate: float) -> None:
@@ -240,6 +262,17 @@ async def test_the_aws_world_runs_the_whole_control_loop(
         got = await _predict(run, images)
         assert np.allclose(np.asarray(got), expected, atol=1e-4)
         assert tel.counts["served"] > served_before, "the instance served nothing"
+
+        # The agent's own profile is stored as measured on c5.large and rates it from then on.
+        async def measured_rates_c5() -> bool:
+            stored = await run.store.profiles("digits")
+            return any(p.source == "measured" and p.instance_type == "c5.large" for p in stored)
+
+        await _until("the agent's profile was stored", measured_rates_c5)
+        await asyncio.sleep(settings.timings.update_period_s + 1)
+        (plan,) = await run.store.plans("digits", limit=1)
+        sources = {label: src for label, _, src in plan.explanation["offerings"]}
+        assert sources["c5.large/spot"] == "measured", sources
         bought = {i.instance_id for i in listed}
     finally:
         await stop(run)

@@ -19,8 +19,8 @@ import pytest
 
 from mark.cli.demo_cmd import C5_LARGE_T1_MS
 from mark.config import load_settings
+from mark.daemon import start, stop
 from mark.demo import ensure_demo_model
-from mark.demo.loadgen import RateProfile
 from mark.demo.ramp import (
     calibrated_slowdown,
     deep_merge,
@@ -31,6 +31,7 @@ from mark.demo.ramp import (
     run_ramp,
 )
 from mark.demo.ramp_report import launch_checks, retire_checks
+from mark.demo.rate_profile import RateProfile
 from tests.e2e.test_local_world import _live_children
 
 # Up over 20 s, 15 s at 45 r/s, down by 40 s, then base (the peak placed across a minute
@@ -63,7 +64,13 @@ async def test_fleet_grows_with_the_ramp_and_retires_after_the_cooldown(
     settings = load_settings(overrides=deep_merge(base, forecaster_overrides(model_file)))
 
     run = await run_ramp(
-        settings, PROFILE, seed=3, align_start_second=None, load_offset_at_minute=BOUNDARY_AT
+        settings,
+        PROFILE,
+        start=start,
+        stop=stop,
+        seed=3,
+        align_start_second=None,
+        load_offset_at_minute=BOUNDARY_AT,
     )
 
     summary = run.load.summary

@@ -22,8 +22,9 @@ from mark.config import load_settings
 from mark.control import LIVE
 from mark.daemon import Running, start, stop
 from mark.demo import ensure_demo_model
-from mark.demo.loadgen import RateProfile, run_load
+from mark.demo.loadgen import run_load
 from mark.demo.model import default_model_path
+from mark.demo.rate_profile import RateProfile
 from mark.ports import InstanceRole
 
 RATE = 25.0

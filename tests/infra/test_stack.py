@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from lambda_handlers import spill
-from mark.cloud.aws.fleet import TAG_CLUSTER
+from mark.cloud.aws.instances import TAG_CLUSTER
 from mark.cloud.aws.interruptions import EVENT_PATTERN
 from mark.config import ApiSpec, ModelSpec
 from mark.deploy import image as img

@@ -110,7 +110,7 @@ def test_db_upgrade_migrates_a_postgres_database_by_url(pg_url: str) -> None:
     up = run("--set", f"database_url={pg_url}", "db", "upgrade")
     assert up.returncode == 0, up.stderr
     after = run("--set", f"database_url={pg_url}", "db", "current")
-    assert "database: 0001; code expects: 0001" in after.stdout
+    assert "database: 0002; code expects: 0002" in after.stdout
 
 
 def _free_port() -> int:
@@ -200,7 +200,11 @@ def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
                 "greedy",
                 [12.0, 15.5],
                 0.17,
-                {"lines": ["buy c5.large/on-demand: $0.0001/req over steps 5-59"], "held": []},
+                {
+                    "lines": ["buy c5.large/on-demand: $0.0001/req over steps 5-59"],
+                    "held": [],
+                    "offerings": [["c5.large/on-demand", 41.5, "measured"]],
+                },
                 [
                     Decision(
                         "digits",
@@ -237,6 +241,7 @@ def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "launch: 2× c5.large/on-demand — cheapest per request" in out.stdout
     assert "forecast-clipped — forecast peak 368.1 r/s is above 2×" in out.stdout
+    assert "offering c5.large/on-demand: 41.5 r/s within the SLO, profile measured" in out.stdout
     assert "buy c5.large/on-demand" in out.stdout and "15.5 r/s" in out.stdout
     st = run("--set", f"database_url={url}", "status")
     assert st.returncode == 0, st.stderr
@@ -264,3 +269,28 @@ def test_profile_times_real_inference_and_tunes_batching(tmp_path: Path) -> None
     assert prof["n_batch"] in (1, 4) and "batching: N_batch" in out.stdout
     bad = run("profile", "--batches", "one,two")
     assert bad.returncode == 2 and "comma-separated integers" in bad.stderr
+
+
+def test_config_check_says_which_types_a_model_cannot_use(tmp_path: Path) -> None:
+    out = run("config", "check")
+    assert out.returncode == 0, out.stderr
+    assert (
+        "digits: inf1.xlarge not planned: Inferentia needs a compiled Neuron artifact "
+        "(models[].neuron_artifact)" in out.stdout
+    )
+    assert "g4dn.xlarge not planned" not in out.stdout and "c5.large not planned" not in out.stdout
+    cfg = tmp_path / "c.yaml"
+    model = "input: {shape: [1, 8, 8]}, slo: {rt_max_ms: 100, sl_min: 0.98}"
+    cfg.write_text(
+        "offerings: {types: [inf1.xlarge]}\nmodels:\n"
+        f"  - {{name: plain, source: 'mark.demo:digits_model', {model}}}\n"
+        f"  - {{name: compiled, source: 'mark.demo:digits_model', {model},\n"
+        "      neuron_artifact: m.pt}\n"
+    )
+    only_inf = run("--config", str(cfg), "config", "check")
+    assert "plain: inf1.xlarge not planned" in only_inf.stdout
+    assert "compiled:" not in only_inf.stdout
+    assert (
+        only_inf.returncode == 1
+        and "no configured instance type can serve plain" in only_inf.stderr
+    )

@@ -12,15 +12,9 @@ import pytest
 from aiohttp import web
 
 from bouncer.wire import SERVED_BY_HEADER
-from mark.demo.loadgen import (
-    LoadgenError,
-    ModelInput,
-    RateProfile,
-    RequestResult,
-    arrival_times,
-    run_load,
-    summarize,
-)
+from mark.demo.load_results import RequestResult, summarize
+from mark.demo.loadgen import ModelInput, run_load
+from mark.demo.rate_profile import LoadgenError, RateProfile, arrival_times
 
 
 def test_profile_parses_and_interpolates() -> None:

@@ -13,6 +13,7 @@ from mark.state import (
     LatencyRollup,
     LedgerEntry,
     PlanRecord,
+    ProfileRecord,
     migrate,
     open_store,
 )
@@ -26,6 +27,7 @@ TABLES = {
     "plans",
     "decisions",
     "ledger",
+    "profiles",
     "alembic_version",
 }
 
@@ -205,3 +207,22 @@ def test_sql_store_satisfies_the_store_port() -> None:
 
     members = [m for m in vars(Store) if not m.startswith("_")]
     assert members and all(callable(getattr(SqlStore, m, None)) for m in members)
+
+
+async def test_profiles_per_model_type_and_source_newest_replaces(db_url: str) -> None:
+    store = await open_store(db_url, upgrade=True)
+    try:
+        old = ProfileRecord("digits", "c5.large", "measured", ((1, 0.004), (8, 0.012)), 10.0, "cpu")
+        await store.put_profile(old)
+        await store.put_profile(ProfileRecord("digits", "c5.large", "shipped", ((1, 0.005),), 5.0))
+        new = ProfileRecord("digits", "c5.large", "measured", ((1, 0.003), (8, 0.010)), 20.0, "cpu")
+        await store.put_profile(new)
+        await store.put_profile(ProfileRecord("other", "c5.large", "measured", ((1, 1.0),), 1.0))
+        got = await store.profiles("digits")
+        assert [(p.source, p.batch_latency_s, p.measured_at) for p in got] == [
+            ("measured", ((1, 0.003), (8, 0.010)), 20.0),
+            ("shipped", ((1, 0.005),), 5.0),
+        ]
+        assert got[0].device == "cpu" and got[1].device is None
+    finally:
+        await store.close()

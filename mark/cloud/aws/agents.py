@@ -47,6 +47,10 @@ class AgentDirectory:
     timeout_s: float = 2.0
     agents: dict[str, RemoteAgent] = field(default_factory=dict)
     instances: list[InstanceInfo] = field(default_factory=list)  # the last listing
+    probe_every_s: float = 5.0
+    probe_timeout_s: float = 5.0
+    _failing: set[str] = field(default_factory=set)  # failed the last liveness probe
+    _probed_at: float = float("-inf")
     _noticed: set[str] = field(default_factory=set)
     _session: aiohttp.ClientSession | None = None
 
@@ -59,7 +63,15 @@ class AgentDirectory:
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s)
             )
         answers = await asyncio.gather(*(self._health(i) for i in running))
-        self.agents = {a.instance.instance_id: a for a in answers if a is not None}
+        up = {a.instance.instance_id: a for a in answers if a is not None}
+        now = self.clock()
+        if now >= self._probed_at + self.probe_every_s:
+            self._probed_at = now
+            alive = await asyncio.gather(*(self._live(a.url) for a in up.values()))
+            self._failing = {iid for iid, ok in zip(up, alive, strict=True) if not ok}
+            for iid in self._failing:
+                log.error("agent on %s failed its liveness probe: drained", iid)
+        self.agents = {iid: a for iid, a in up.items() if iid not in self._failing}
         live = {i.instance_id for i in self.instances}
         self._noticed &= live  # forget instances that are gone
 
@@ -87,6 +99,20 @@ class AgentDirectory:
             )
             log.warning("agent on %s reports a spot %s", inst.instance_id, action)
         return RemoteAgent(inst, url, latency)
+
+    @property
+    def instance_ids(self) -> list[str]:
+        return [i.instance_id for i in self.instances]
+
+    async def _live(self, url: str) -> bool:
+        """The agent's liveness probe: one tiny inference on the model's thread, bounded."""
+        assert self._session is not None
+        try:
+            timeout = aiohttp.ClientTimeout(total=self.probe_timeout_s + 1.0)
+            async with self._session.get(f"{url}/live", timeout=timeout) as r:
+                return r.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
 
     async def close(self) -> None:
         if self._session is not None:

@@ -4,13 +4,16 @@ mark only ever touches instances it can prove it owns: every instance (and its
 volumes) is tagged at launch with ``mark:cluster`` and mark's own facts about it
 (model, role, market), and ``terminate``/``stop``/``start`` describe the ids
 first and refuse the whole call with ``NotOwned`` if any id lacks this cluster's
-tag. The same tags are what a restarted controller reconciles from (``adopt``).
+tag. The same tags are what a restarted controller reconciles from (``adopt``);
+they and the translation of EC2's descriptions into ``InstanceInfo`` live in
+``mark.cloud.aws.instances``.
 
 AWS failures become mark's error types by error *code* (never message text):
 no capacity is ``InsufficientCapacity`` (the reconciler falls back to the next
 offering), throttling is retried here with jittered back-off and only then
 raised as ``Throttled`` (5xx codes and dropped connections likewise), and
-anything else is an ``AwsApiError`` carrying the code. botocore's own retries
+anything else is an ``AwsApiError`` carrying the code (the mapping and the
+``RetryPolicy`` are in ``mark.cloud.aws.errors``). botocore's own retries
 are switched off so this is the only retry layer and its bound is the one
 written here.
 """
@@ -20,12 +23,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import hashlib
-import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
 from aiobotocore.config import AioConfig
@@ -35,58 +36,22 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from mark.catalog import Market
 from mark.clock import WallClock
 from mark.cloud.aws.client import OwnedClient
+from mark.cloud.aws.errors import TRANSIENT_CODES, AwsApiError, RetryPolicy, map_client_error
+from mark.cloud.aws.instances import (
+    TAG_CLIENT_TOKEN,
+    TAG_CLUSTER,
+    check_same_launch,
+    ec2_client_token,
+    instance_info,
+    launch_tags,
+    tags_of,
+)
 from mark.cloud.aws.spot_prices import fetch_spot_quotes, median_newest_by_zone
 from mark.errors import CloudError, ConfigError, InsufficientCapacity, NotOwned, Throttled
-from mark.ports import (
-    Clock,
-    Fleet,
-    InstanceInfo,
-    InstanceRole,
-    InstanceState,
-    InterruptionNotice,
-    LaunchRequest,
-)
-
-TAG_CLUSTER = "mark:cluster"
-TAG_MODEL = "mark:model"
-TAG_ROLE = "mark:role"
-TAG_MARKET = "mark:market"
-TAG_CLIENT_TOKEN = "mark:client-token"
-
-#: Codes meaning "no capacity for this offering now": try another offering.
-CAPACITY_CODES = frozenset(
-    {
-        "InsufficientInstanceCapacity",
-        "SpotMaxPriceTooLow",
-        "MaxSpotInstanceCountExceeded",
-        "InstanceLimitExceeded",
-        "InsufficientCapacity",
-        "InsufficientHostCapacity",
-        "InsufficientReservedInstanceCapacity",
-        "VcpuLimitExceeded",
-    }
-)
-#: Codes meaning "slow down": retried with back-off before raising ``Throttled``.
-THROTTLE_CODES = frozenset(
-    {"RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled"}
-)
-
-#: Server-side failures worth another try; raised as ``AwsApiError`` if they persist.
-TRANSIENT_CODES = frozenset(
-    {"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"}
-)
+from mark.ports import Clock, Fleet, InstanceInfo, InterruptionNotice, LaunchRequest
 
 _LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 _FILTER_VALUES_MAX = 200  # EC2's limit on values in one filter
-
-
-class AwsApiError(CloudError):
-    """An AWS error mark has no specific type for; ``code`` is AWS's error code."""
-
-    def __init__(self, operation: str, code: str, message: str) -> None:
-        super().__init__(f"{operation}: {code}: {message}")
-        self.operation = operation
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,32 +97,6 @@ class LaunchSpec:
         if self.key_name is not None:
             p["KeyName"] = self.key_name
         return p
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Bounded retries with full-jitter exponential back-off (AWS's recommended shape)."""
-
-    attempts: int = 5
-    base_s: float = 0.2
-    cap_s: float = 5.0
-    rng: random.Random = field(default_factory=random.Random, compare=False)
-
-    def delay(self, retry: int) -> float:
-        """Seconds to wait before retry number ``retry`` (0-based)."""
-        return self.rng.uniform(0.0, min(self.cap_s, self.base_s * 2**retry))
-
-
-def map_client_error(err: ClientError, operation: str) -> CloudError:
-    """The mark error type for an AWS error, chosen by its code."""
-    error = err.response.get("Error", {})
-    code = str(error.get("Code", "Unknown"))
-    message = str(error.get("Message", ""))
-    if code in CAPACITY_CODES:
-        return InsufficientCapacity(f"{operation}: {code}: {message}")
-    if code in THROTTLE_CODES:
-        return Throttled(f"{operation}: {code}: {message}")
-    return AwsApiError(operation, code, message)
 
 
 UserData = str | Callable[[LaunchRequest], str] | None
@@ -231,9 +170,9 @@ class AwsFleet(OwnedClient):
         async with self._token_lock(token):
             existing = await self._describe(self._filters({TAG_CLIENT_TOKEN: token}))
             if existing:
-                _check_same_launch(existing, request, token)
+                check_same_launch(existing, request, token)
                 return existing
-            tags = self._tags(request, token)
+            tags = launch_tags(self.cluster, request, token)
             subnets = self._subnet_order(token)
             for k, subnet in enumerate(subnets):
                 try:
@@ -244,7 +183,7 @@ class AwsFleet(OwnedClient):
                     if k + 1 == len(subnets):
                         raise
                     continue  # another subnet is another Availability Zone's capacity
-                return [_info(inst, tags) for inst in resp.get("Instances", [])]
+                return [instance_info(inst, tags) for inst in resp.get("Instances", [])]
             raise AssertionError("unreachable: the loop returns or raises")
 
     async def terminate(self, instance_ids: Sequence[str]) -> None:
@@ -354,7 +293,7 @@ class AwsFleet(OwnedClient):
                 kwargs["NextToken"] = token
             page = await self._call("describe_instances", **kwargs)
             for reservation in page.get("Reservations", []):
-                out.extend(_info(inst) for inst in reservation.get("Instances", []))
+                out.extend(instance_info(inst) for inst in reservation.get("Instances", []))
             token = page.get("NextToken")
             if not token:
                 return out
@@ -379,7 +318,7 @@ class AwsFleet(OwnedClient):
                 page = await self._call("describe_instances", **kwargs)
                 for reservation in page.get("Reservations", []):
                     for inst in reservation.get("Instances", []):
-                        owner = _tags_of(inst).get(TAG_CLUSTER)
+                        owner = tags_of(inst).get(TAG_CLUSTER)
                         seen[inst["InstanceId"]] = owner == self.cluster
                 token = page.get("NextToken")
                 if not token:
@@ -392,16 +331,6 @@ class AwsFleet(OwnedClient):
                 + (f" ({missing} not found)" if missing else "")
             )
         return ids
-
-    def _tags(self, request: LaunchRequest, token: str) -> dict[str, str]:
-        return {
-            "Name": f"mark-{self.cluster}-{request.model}-{request.role.value}",
-            TAG_CLUSTER: self.cluster,
-            TAG_MODEL: request.model,
-            TAG_ROLE: request.role.value,
-            TAG_MARKET: request.market.value,
-            TAG_CLIENT_TOKEN: token,
-        }
 
     def _subnet_order(self, token: str) -> builtins.list[str | None]:
         """Subnets to try, starting at one fixed by the token: launches spread over the
@@ -450,12 +379,6 @@ class AwsFleet(OwnedClient):
         return params
 
 
-def ec2_client_token(cluster: str, token: str) -> str:
-    """EC2's ``ClientToken`` for a launch token: at most 64 ASCII characters, and
-    distinct per cluster, because EC2 deduplicates tokens across the whole account."""
-    return hashlib.sha256(f"{cluster}/{token}".encode()).hexdigest()[:64]
-
-
 async def adopt(fleet: Fleet) -> list[InstanceInfo]:
     """What a restarted controller takes over: everything the fleet's tags say it owns.
 
@@ -463,49 +386,3 @@ async def adopt(fleet: Fleet) -> list[InstanceInfo]:
     instance that survived the restart is reused rather than bought twice.
     """
     return await fleet.list()
-
-
-def _tags_of(inst: Mapping[str, Any]) -> dict[str, str]:
-    return {str(t["Key"]): str(t["Value"]) for t in inst.get("Tags", [])}
-
-
-def _info(inst: Mapping[str, Any], known_tags: Mapping[str, str] | None = None) -> InstanceInfo:
-    """An EC2 instance description as mark's record; ``known_tags`` fill in what a
-    RunInstances response may omit."""
-    tags = {**(known_tags or {}), **_tags_of(inst)}
-    launched = inst.get("LaunchTime")
-    try:
-        role = InstanceRole(tags.get(TAG_ROLE, InstanceRole.SERVING.value))
-    except ValueError:
-        role = InstanceRole.SERVING
-    return InstanceInfo(
-        instance_id=str(inst["InstanceId"]),
-        model=tags.get(TAG_MODEL, ""),
-        instance_type=str(inst["InstanceType"]),
-        # The instance-lifecycle filter is not portable (moto raises on it), and
-        # the field is the truth anyway, so the market is read from it.
-        market=Market.SPOT if inst.get("InstanceLifecycle") == "spot" else Market.ON_DEMAND,
-        state=InstanceState(inst["State"]["Name"]),
-        role=role,
-        launched_at=launched.timestamp() if isinstance(launched, datetime) else 0.0,
-        address=inst.get("PrivateIpAddress") or inst.get("PublicDnsName") or None,
-        tags=tags,
-    )
-
-
-def _check_same_launch(
-    existing: Sequence[InstanceInfo], request: LaunchRequest, token: str
-) -> None:
-    """A reused token must mean the same launch, as EC2's ``IdempotentParameterMismatch`` says."""
-    for info in existing:
-        if (info.model, info.instance_type, info.market, info.role) != (
-            request.model,
-            request.instance_type,
-            request.market,
-            request.role,
-        ):
-            raise AwsApiError(
-                "run_instances",
-                "IdempotentParameterMismatch",
-                f"client token {token!r} was used for a different launch ({info.instance_id})",
-            )

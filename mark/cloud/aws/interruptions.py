@@ -27,7 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from mark.clock import WallClock
 from mark.cloud.aws.client import OwnedClient
-from mark.cloud.aws.fleet import RetryPolicy, map_client_error
+from mark.cloud.aws.errors import RetryPolicy, map_client_error
 from mark.errors import CloudError
 from mark.ports import Clock, InterruptionNotice, NoticeKind
 

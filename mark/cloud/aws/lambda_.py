@@ -59,7 +59,7 @@ from mark.billing import (
 from mark.catalog import LambdaPrices, load_catalog
 from mark.clock import WallClock
 from mark.cloud.aws.client import OwnedClient
-from mark.cloud.aws.fleet import AwsApiError, RetryPolicy, map_client_error
+from mark.cloud.aws.errors import AwsApiError, RetryPolicy, map_client_error
 from mark.errors import (
     CloudError,
     PayloadTooLarge,

@@ -23,7 +23,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from mark.cloud.aws.client import OwnedClient
-from mark.cloud.aws.fleet import map_client_error
+from mark.cloud.aws.errors import map_client_error
 from mark.errors import CloudError
 from mark.state.records import ArrivalWindow, LatencyRollup
 

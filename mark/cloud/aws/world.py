@@ -10,7 +10,6 @@ alone (the Invoke stand-in); nothing here knows or asks which it is talking to.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ from mark.cloud.aws.lambda_ import AwsLambda
 from mark.cloud.aws.metrics import CloudWatchMetrics
 from mark.cloud.aws.pricing import refresh_on_demand_prices
 from mark.cloud.aws.spot_prices import refresh_spot_prices
-from mark.cloud.local.agents import default_slowdown
 from mark.config import ModelSpec, Settings
 from mark.errors import CloudError, ConfigError, UnknownOffering
 from mark.ports import InstanceState
@@ -114,16 +112,14 @@ class AwsWorld:
     def control_loop(self) -> bool:
         return True
 
-    async def planning_latency(
+    @property
+    def agents_measure(self) -> bool:
+        return True  # each agent times the model on its own instance's device
+
+    async def emulated_latency(
         self, spec: ModelSpec, source: str, catalog: Catalog, types: Sequence[str]
     ) -> dict[str, BatchLatency]:
-        """This machine's T_b stretched per type by the documented default rule (8/vCPUs
-        for CPU types, 1 for GPU and Inferentia), until a profile per type is measured."""
-        from mark.control.setup import measure_latency
-
-        measured = await asyncio.to_thread(measure_latency, source, spec)
-        slowdown = default_slowdown(catalog, None)
-        return {t: measured.scaled(slowdown(t)) for t in types}
+        return {}  # no rule: a type is rated from a measured or shipped profile only
 
     def jobs(self, catalog: Catalog) -> list[Job]:
         aws = self.settings.aws

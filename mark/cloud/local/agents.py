@@ -77,23 +77,55 @@ class AgentSupervisor:
     slowdown: Callable[[str], float] = lambda _t: 1.0
     profiles: Mapping[str, BatchLatency] = field(default_factory=dict)  # per model, unslowed
     start_timeout_s: float = 120.0
-    agents: dict[str, AgentProcess] = field(default_factory=dict)
+    probe_every_s: float = 5.0
+    probe_timeout_s: float = 5.0
+    procs: dict[str, AgentProcess] = field(default_factory=dict)
+    """Every agent process started and not yet stopped, healthy or not."""
+    instance_ids: list[str] = field(default_factory=list)
+    """The instances of the last listing."""
     _starting: set[str] = field(default_factory=set)
+    _dead: set[str] = field(default_factory=set)  # agent died: the instance is replaced
+    _failing: set[str] = field(default_factory=set)  # failed its last liveness probe
+    _probed_at: float = float("-inf")
+
+    @property
+    def agents(self) -> dict[str, AgentProcess]:
+        """The agents that serve: alive and passing their liveness probe."""
+        return {
+            iid: a
+            for iid, a in self.procs.items()
+            if a.process.returncode is None and iid not in self._failing
+        }
 
     async def sync(self) -> None:
-        """Bring the processes in line with the fleet: start what booted, stop what is gone."""
+        """Bring the processes in line with the fleet: start what booted, stop what is gone;
+        an agent that died is not restarted (as on EC2, the instance is replaced)."""
         instances = {i.instance_id: i for i in await self.fleet.list()}
-        for iid in list(self.agents):
+        self.instance_ids = list(instances)
+        for iid in list(self.procs):
             inst = instances.get(iid)
             if inst is None or inst.state not in RUNNING:
-                await self._stop(self.agents.pop(iid))
+                await self._stop(self.procs.pop(iid))
+                self._failing.discard(iid)
+            elif self.procs[iid].process.returncode is not None and iid not in self._dead:
+                self._dead.add(iid)
+                log.error(
+                    "agent for %s exited with code %s: drained",
+                    iid,
+                    self.procs[iid].process.returncode,
+                )
+        self._dead &= set(instances)
         now = self.clock()
+        if now >= self._probed_at + self.probe_every_s:
+            self._probed_at = now
+            await self._probe_all()
         starts = [
             inst
             for iid, inst in instances.items()
             if inst.state in RUNNING
-            and iid not in self.agents
+            and iid not in self.procs
             and iid not in self._starting
+            and iid not in self._dead
             and inst.model in self.models
             and now >= inst.launched_at + self.boot_delay_s(inst.instance_type)
         ]
@@ -119,7 +151,7 @@ class AgentSupervisor:
                 raise
             url = f"http://127.0.0.1:{port}"
             latency = await _fetch_latency(url)
-            self.agents[inst.instance_id] = AgentProcess(inst, proc, url, latency)
+            self.procs[inst.instance_id] = AgentProcess(inst, proc, url, latency)
             log.info("agent for %s (%s) at %s", inst.instance_id, inst.instance_type, url)
         finally:
             self._starting.discard(inst.instance_id)
@@ -127,9 +159,22 @@ class AgentSupervisor:
     async def _stop(self, agent: AgentProcess) -> None:
         await stop_agent(agent.process)
 
+    async def _probe_all(self) -> None:
+        """Each live agent's liveness probe (one tiny inference, bounded): a hung model fails."""
+        alive = {iid: a for iid, a in self.procs.items() if a.process.returncode is None}
+        timeout = aiohttp.ClientTimeout(total=self.probe_timeout_s + 1.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            results = await asyncio.gather(*(_live(session, a.url) for a in alive.values()))
+        for iid, ok in zip(alive, results, strict=True):
+            if ok:
+                self._failing.discard(iid)
+            elif iid not in self._failing:
+                self._failing.add(iid)
+                log.error("agent for %s failed its liveness probe: drained", iid)
+
     async def close(self) -> None:
-        agents = list(self.agents.values())
-        self.agents.clear()
+        agents = list(self.procs.values())
+        self.procs.clear()
         await asyncio.gather(*(self._stop(a) for a in agents))
 
 
@@ -186,6 +231,14 @@ async def _fetch_latency(url: str) -> BatchLatency:
     async with aiohttp.ClientSession() as s, s.get(f"{url}/health") as r:
         body = await r.json()
     return BatchLatency.from_mapping({int(b): float(t) for b, t in body["batch_latency_s"]})
+
+
+async def _live(session: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with session.get(f"{url}/live") as r:
+            return r.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:

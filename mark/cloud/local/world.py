@@ -136,7 +136,11 @@ class LocalWorld:
     async def prices(self, catalog: Catalog, instance_types: Sequence[str]) -> Catalog:
         return catalog  # the shipped us-east-1 prices
 
-    async def planning_latency(
+    @property
+    def agents_measure(self) -> bool:
+        return False  # agents emulate a type: their T_b is the rule's, not a measurement
+
+    async def emulated_latency(
         self, spec: ModelSpec, source: str, catalog: Catalog, types: Sequence[str]
     ) -> dict[str, BatchLatency]:
         """The profile every agent emulates (measured once at start), stretched per type by

@@ -15,7 +15,8 @@ from botocore.exceptions import ClientError
 
 from bouncer.latency import BatchLatency
 from mark.catalog import Market, load_catalog
-from mark.cloud.aws.fleet import AwsFleet, LaunchSpec, map_client_error
+from mark.cloud.aws.errors import map_client_error
+from mark.cloud.aws.fleet import AwsFleet, LaunchSpec
 from mark.config import load_settings
 from mark.control import Controller, build_options
 from mark.state import ArrivalWindow, open_store

@@ -20,18 +20,9 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from mark.catalog import Market
 from mark.clock import ManualClock
-from mark.cloud.aws.fleet import (
-    TAG_CLUSTER,
-    TAG_MARKET,
-    TAG_MODEL,
-    TAG_ROLE,
-    AwsApiError,
-    AwsFleet,
-    LaunchSpec,
-    LaunchTemplateRef,
-    RetryPolicy,
-    adopt,
-)
+from mark.cloud.aws.errors import AwsApiError, RetryPolicy
+from mark.cloud.aws.fleet import AwsFleet, LaunchSpec, LaunchTemplateRef, adopt
+from mark.cloud.aws.instances import TAG_CLUSTER, TAG_MARKET, TAG_MODEL, TAG_ROLE
 from mark.errors import CloudError, ConfigError, InsufficientCapacity, NotOwned, Throttled
 from mark.ports import (
     Fleet,

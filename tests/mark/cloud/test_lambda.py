@@ -19,7 +19,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 
 from mark.clock import ManualClock
-from mark.cloud.aws.fleet import RetryPolicy
+from mark.cloud.aws.errors import RetryPolicy
 from mark.cloud.aws.lambda_ import AwsLambda, chunk_events, parse_report
 from mark.cloud.local.lambda_ import LocalLambda
 from mark.cloud.standins.lambda_api import LambdaApi

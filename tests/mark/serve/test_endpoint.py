@@ -94,3 +94,51 @@ async def test_metadata_health_metrics_and_openapi(client: TestClient[Any, Any])
     assert 'mark_requests_total{model="digits",outcome="spilled"} 1' in text
     doc = await (await client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.") and "/v1/models/digits:predict" in doc["paths"]
+
+
+async def test_a_compressed_body_is_limited_by_what_it_inflates_to(
+    client: TestClient[Any, Any],
+) -> None:
+    import gzip
+
+    bomb = gzip.compress(b'{"instances": [' + b" " * 100_000 + b"]}")
+    assert len(bomb) < 4096
+    r = await client.post(
+        "/v2/models/digits/infer",
+        data=bomb,
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    assert r.status == 413 and "limit is 4096 bytes" in (await r.json())["error"]
+
+
+async def test_server_metadata_readiness_and_the_openapi_routes(
+    client: TestClient[Any, Any],
+) -> None:
+    meta = await (await client.get("/v2")).json()
+    assert meta["name"] == "mark" and meta["extensions"] == ["binary_tensor_data"]
+    r = await client.get("/v2/models/digits/ready")  # the spill function can serve it
+    assert r.status == 200 and await r.json() == {"name": "digits", "ready": True}
+    r = await client.get("/v2/models/nope/ready")
+    assert r.status == 404 and "error" in await r.json()
+    doc = await (await client.get("/openapi.json")).json()
+    for path in ("/v2", "/v2/models/{name}/ready", "/v1/models/{name}", "/v2/models/{name}/infer"):
+        assert path in doc["paths"], path
+    infer = doc["paths"]["/v2/models/{name}/infer"]["post"]
+    assert "application/octet-stream" in infer["requestBody"]["content"]
+
+
+@pytest.mark.parametrize(
+    ("header", "data", "needle"),
+    [
+        ("abc", b"{}", "must be a byte count"),
+        ("100", b"{}", "the body has only 2 bytes"),
+        ("2", b"{}\x00\x00", "missing or empty field"),
+    ],
+)
+async def test_binary_header_mistakes_are_400(
+    client: TestClient[Any, Any], header: str, data: bytes, needle: str
+) -> None:
+    r = await client.post(
+        "/v2/models/digits/infer", data=data, headers={"Inference-Header-Content-Length": header}
+    )
+    assert r.status == 400 and needle in (await r.json())["error"]

@@ -1,0 +1,54 @@
+"""Typed configuration: defaults < YAML file < ``MARK_*`` environment < CLI overrides.
+
+Every value is validated when loaded, so a typo fails at start-up with a message
+that names the field, the value and what is allowed, not an hour later in a
+control-loop step. Names follow the paper's notation in their descriptions
+(P_u, P_w, P_s, τ, RT_max, SL_min) so the two can be read side by side.
+
+The sections are in ``mark.config.specs``, ``Settings`` and its loading in
+``mark.config.settings``; every name is importable from ``mark.config``.
+"""
+
+from mark.config.settings import (
+    Settings,
+    World,
+    dump_settings,
+    format_validation_error,
+    load_settings,
+    parse_overrides,
+)
+from mark.config.specs import (
+    SLO,
+    ApiSpec,
+    AwsSpec,
+    BudgetSpec,
+    Dtype,
+    InputSchema,
+    LocalSpec,
+    ModelSpec,
+    OfferingsSpec,
+    PredictorSpec,
+    SloMonitorSpec,
+    Timings,
+)
+
+__all__ = [
+    "SLO",
+    "ApiSpec",
+    "AwsSpec",
+    "BudgetSpec",
+    "Dtype",
+    "InputSchema",
+    "LocalSpec",
+    "ModelSpec",
+    "OfferingsSpec",
+    "PredictorSpec",
+    "Settings",
+    "SloMonitorSpec",
+    "Timings",
+    "World",
+    "dump_settings",
+    "format_validation_error",
+    "load_settings",
+    "parse_overrides",
+]

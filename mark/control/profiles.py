@@ -1,0 +1,93 @@
+"""The planner's options for a model, rated from the best profile of each type.
+
+Measured on the type (stored by the daemon when an agent reports it) beats a
+profile shipped in the model spec, which beats the local world's emulated
+rule (``provisioner.profile_choice``); a type with none is not planned, nor a
+type whose accelerator the model cannot use (``provisioner.accelerators``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bouncer.latency import BatchLatency
+from mark.catalog import Catalog, Market
+from mark.config import ModelSpec, Settings
+from mark.control.setup import build_options
+from mark.ports import Store
+from mark.profile_files import load_profile_file
+from mark.world import World
+from provisioner.accelerators import usable
+from provisioner.greedy import PlannerOption
+from provisioner.profile_choice import choose_profiles, unrated
+
+log = logging.getLogger("mark.control")
+
+
+@dataclass(frozen=True)
+class RatedOptions:
+    options: list[PlannerOption]
+    standby_capacity_rps: float
+    sources: dict[str, str]
+    """Instance type → where its profile came from (measured, shipped, emulated)."""
+
+
+async def rate_options(
+    settings: Settings,
+    spec: ModelSpec,
+    world: World,
+    store: Store,
+    source: str,
+    catalog: Catalog,
+) -> RatedOptions:
+    types: Sequence[str] = [*settings.offerings.types, *settings.offerings.standby_types]
+    available: dict[tuple[str, str], BatchLatency] = {
+        (t, "emulated"): lat
+        for t, lat in (await world.emulated_latency(spec, source, catalog, types)).items()
+    }
+    if spec.profile is not None:
+        for t, lat in load_profile_file(spec.profile, spec.name).items():
+            available[(t, "shipped")] = lat
+    for p in await store.profiles(spec.name):
+        if p.source == "measured":
+            available[(p.instance_type, "measured")] = BatchLatency(p.batch_latency_s)
+    for t in types:  # a type whose accelerator the model cannot use is not rated
+        itype = catalog.types.get(t)
+        ok, why = usable(
+            itype.accelerator.value if itype else "cpu", spec.neuron_artifact is not None
+        )
+        if not ok:
+            log.info("%s: %s not planned: %s", spec.name, t, why)
+            available = {k: v for k, v in available.items() if k[0] != t}
+    chosen = choose_profiles(types, available)
+    missing = unrated(list(settings.offerings.types), chosen)
+    if missing:
+        log.warning(
+            "%s: no measured or shipped profile for %s: not planned (see `mark profile`)",
+            spec.name,
+            ", ".join(missing),
+        )
+    latency = {t: lat for t, (lat, _) in chosen.items()}
+    standby = build_options(
+        spec,
+        catalog,
+        settings.offerings.standby_types[:1],
+        [Market.ON_DEMAND],
+        latency,
+        boot_s=world.boot_s,
+    )
+    options = build_options(
+        spec,
+        catalog,
+        settings.offerings.types,
+        settings.offerings.markets,
+        latency,
+        boot_s=world.boot_s,
+    )
+    return RatedOptions(
+        options,
+        standby[0].capacity_rps if standby else 0.0,
+        {t: src for t, (_, src) in chosen.items()},
+    )
