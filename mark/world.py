@@ -147,6 +147,8 @@ def open_world(settings: Settings, sources: Mapping[str, str], clock: Callable[[
             lambda_memory_mb=settings.local.lambda_memory_mb,
             slowdown=settings.local.slowdown,
             control_loop=settings.local.control_loop,
+            probe_every_s=settings.timings.probe_every_s,
+            probe_timeout_s=settings.timings.probe_timeout_s,
         )
     raise ConfigError(
         f"world {settings.world!r} cannot run as a daemon; use 'local' or 'aws' "

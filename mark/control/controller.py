@@ -22,17 +22,22 @@ from mark.control.history import LoadHistory, cold_start_forecaster
 from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
 from mark.control.snapshot import monitor_config, snapshot, step_config
-from mark.control.step_runner import StepResult, run_plan_step
-from mark.errors import CloudError
-from mark.ports import Clock, Fleet, InstanceInfo, InstanceState, InterruptionNotice, Store
+from mark.control.step_runner import (
+    StepResult,
+    launch_backups,
+    run_health_step,
+    run_plan_step,
+    start_standbys,
+)
+from mark.ports import Clock, Fleet, InstanceInfo, InterruptionNotice, Store
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
-from provisioner.control_state import ControlState, Note, StepConfig
+from provisioner.control_state import ControlState, StepConfig
 from provisioner.greedy import PlannerOption
-from provisioner.health_step import HealthConfig, HealthFact, health_step
+from provisioner.health_step import HealthConfig, HealthFact
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
 from provisioner.standby_step import interruption_step
-from provisioner.step import backup_launch, slo_step
+from provisioner.step import slo_step
 
 log = logging.getLogger("mark.control")
 
@@ -127,6 +132,14 @@ class Controller:
             self.options[model] = list(options)
             self.profile_sources[model] = dict(sources)
 
+    def _health_config(self) -> HealthConfig:
+        t = self.settings.timings
+        return HealthConfig(
+            boot_deadline_s=t.boot_deadline_s or 3.0 * self.boot_s,
+            unhealthy_after_s=t.unhealthy_after_s,
+            avoid_s=self.unavailable_ttl_s,
+        )
+
     def prometheus(self) -> str:
         """The control loop's counters for ``/metrics``."""
         return self._parts.recorder.prometheus()
@@ -149,8 +162,20 @@ class Controller:
             everything = await self.fleet.list()
             view = self.health() if self.health is not None else None
             facts = view[0] if view is not None else None
-            if view is not None and await self._replace_unhealthy(spec, now, everything, *view):
-                everything = await self.fleet.list()
+            if view is not None:
+                replaced, self.state = await run_health_step(
+                    spec.name,
+                    now,
+                    everything,
+                    self.state,
+                    view,
+                    self._health_config(),
+                    self.price,
+                    self._parts.recorder,
+                    self._parts.reconciler,
+                )
+                if replaced:
+                    everything = await self.fleet.list()
             result, self.state = await run_plan_step(
                 spec,
                 now,
@@ -169,34 +194,6 @@ class Controller:
             out.append(result)
         return out
 
-    async def _replace_unhealthy(
-        self,
-        spec: ModelSpec,
-        now: float,
-        everything: Sequence[InstanceInfo],
-        facts: Mapping[str, HealthFact],
-        since: float,
-    ) -> bool:
-        """Terminate what never got ready or stopped serving (the plan then replaces it)."""
-        snap = snapshot(spec.name, now, everything, self.price, (), fixed_hourly=self.fixed_hourly)
-        t = self.settings.timings
-        cfg = HealthConfig(
-            boot_deadline_s=t.boot_deadline_s or 3.0 * self.boot_s,
-            unhealthy_after_s=t.unhealthy_after_s,
-            avoid_s=self.unavailable_ttl_s,
-        )
-        change, notes, self.state = health_step(snap, self.state, facts, cfg, since)
-        recorder = self._parts.recorder
-        if change is not None:
-            error = await self._parts.reconciler.terminate(change.instance_ids)
-            if error is not None:
-                notes.append(Note("retire-failed", error))
-            else:
-                gone = [i for i in everything if i.instance_id in change.instance_ids]
-                await recorder.bill_retired(spec.name, change.instance_ids, gone, now)
-        await recorder.record(spec.name, now, notes)
-        return change is not None
-
     async def check_slo(self, now: float, latencies: Mapping[str, Sequence[float]]) -> list[str]:
         """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.
 
@@ -213,22 +210,16 @@ class Controller:
                 if action is None:
                     continue
                 fleet = await self.fleet.list()
-                snap = snapshot(
-                    spec.name, now, fleet, self.price, (), fixed_hourly=self.fixed_hourly
-                )
-                launch, notes = backup_launch(
-                    snap,
+                launched += await launch_backups(
+                    snapshot(spec.name, now, fleet, self.price, (), fixed_hourly=self.fixed_hourly),
+                    fleet,
                     self.config_for(spec),
                     monitor,
                     action,
                     self.price(action.instance_type, action.market),
+                    self._parts.recorder,
+                    self._parts.reconciler,
                 )
-                if launch is not None:
-                    done = await self._parts.reconciler.launch([launch], fleet, now)
-                    await self._parts.recorder.launched(done.got, now, "SLO monitor")
-                    launched += [i.instance_id for i in done.got]
-                    notes += done.notes
-                await self._parts.recorder.record(spec.name, now, notes)
             return launched
 
     async def on_interruption(self, notice: InterruptionNotice, now: float) -> list[str]:
@@ -257,23 +248,12 @@ class Controller:
             )
             if res is None:
                 return []
-            recorder = self._parts.recorder
-            started = list(res.start.instance_ids) if res.start is not None else []
-            if started:
-                try:
-                    await self._parts.reconciler.start(started)
-                except CloudError as exc:
-                    why = f"starting standbys for {inst.instance_id} failed: {exc}"
-                    await recorder.record(inst.model, now, [Note("start-standby-failed", why)])
-                    return []
-                by_id = {i.instance_id: i for i in fleet}
-                for iid in started:
-                    await recorder.set_state(
-                        by_id[iid], InstanceState.PENDING, now, "standby started"
-                    )
-            self.state = res.state
-            await recorder.record(inst.model, now, res.notes)
-            await recorder.bill_retired(inst.model, [inst.instance_id], [inst], res.reclaim_at)
+            started, state = await start_standbys(
+                res, inst, fleet, now, self.state, self._parts.recorder, self._parts.reconciler
+            )
+            if state is None:
+                return []
+            self.state = state
             await self._step(now)  # replacements now, avoiding the interrupted offering
             return started
 

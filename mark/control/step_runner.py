@@ -4,7 +4,7 @@ recorded. The decisions are all pure steps; this is their order and their effect
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mark.config import ModelSpec
@@ -12,13 +12,15 @@ from mark.control.history import LoadHistory
 from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
 from mark.control.snapshot import members, snapshot
+from mark.errors import CloudError
 from mark.ports import InstanceInfo, InstanceState
 from mark.state.records import PlanRecord
 from provisioner.control_state import ControlState, Note, Snapshot, StepConfig
 from provisioner.greedy import NoFeasibleOption, PlannerOption
-from provisioner.health_step import HealthFact, with_readiness
-from provisioner.standby_step import standby_pool_step
-from provisioner.step import PlanStep, avoid_offering, plan_step, retirements
+from provisioner.health_step import HealthConfig, HealthFact, health_step, with_readiness
+from provisioner.slo_monitor import BackupLaunch, SloMonitorConfig
+from provisioner.standby_step import InterruptionStep, standby_pool_step
+from provisioner.step import PlanStep, avoid_offering, backup_launch, plan_step, retirements
 
 
 @dataclass
@@ -152,6 +154,81 @@ async def run_plan_step(
         ),
         state,
     )
+
+
+async def run_health_step(
+    model: str,
+    now: float,
+    everything: Sequence[InstanceInfo],
+    state: ControlState,
+    view: tuple[Mapping[str, HealthFact], float],
+    cfg: HealthConfig,
+    price: Callable[[str, str], float],
+    recorder: Recorder,
+    reconciler: Reconciler,
+) -> tuple[bool, ControlState]:
+    """Terminate what never got ready or stopped serving (the plan then replaces it);
+    whether anything was terminated, and the next state."""
+    facts, since = view
+    snap = snapshot(model, now, everything, price, ())
+    change, notes, state = health_step(snap, state, facts, cfg, since)
+    if change is not None:
+        error = await reconciler.terminate(change.instance_ids)
+        if error is not None:
+            notes.append(Note("retire-failed", error))
+        else:
+            gone = [i for i in everything if i.instance_id in change.instance_ids]
+            await recorder.bill_retired(model, change.instance_ids, gone, now)
+    await recorder.record(model, now, notes)
+    return change is not None, state
+
+
+async def start_standbys(
+    res: InterruptionStep,
+    victim: InstanceInfo,
+    fleet: Sequence[InstanceInfo],
+    now: float,
+    state: ControlState,
+    recorder: Recorder,
+    reconciler: Reconciler,
+) -> tuple[list[str], ControlState | None]:
+    """Carry out a spot notice's step: start the standbys, record, bill the victim to its
+    reclaim. The next state, or None if the start failed (a repeated notice tries again)."""
+    started = list(res.start.instance_ids) if res.start is not None else []
+    if started:
+        try:
+            await reconciler.start(started)
+        except CloudError as exc:
+            why = f"starting standbys for {victim.instance_id} failed: {exc}"
+            await recorder.record(victim.model, now, [Note("start-standby-failed", why)])
+            return [], None
+        by_id = {i.instance_id: i for i in fleet}
+        for iid in started:
+            await recorder.set_state(by_id[iid], InstanceState.PENDING, now, "standby started")
+    await recorder.record(victim.model, now, res.notes)
+    await recorder.bill_retired(victim.model, [victim.instance_id], [victim], res.reclaim_at)
+    return started, res.state
+
+
+async def launch_backups(
+    snap: Snapshot,
+    fleet: Sequence[InstanceInfo],
+    cfg: StepConfig,
+    monitor: SloMonitorConfig,
+    action: BackupLaunch,
+    price_per_hour: float,
+    recorder: Recorder,
+    reconciler: Reconciler,
+) -> list[str]:
+    """The SLO monitor's backups, as many as the spend rails allow; the ids launched."""
+    launch, notes = backup_launch(snap, cfg, monitor, action, price_per_hour)
+    got: list[InstanceInfo] = []
+    if launch is not None:
+        done = await reconciler.launch([launch], fleet, snap.now)
+        await recorder.launched(done.got, snap.now, "SLO monitor")
+        got, notes = done.got, [*notes, *done.notes]
+    await recorder.record(snap.model, snap.now, notes)
+    return [i.instance_id for i in got]
 
 
 def _ready(snap: Snapshot, facts: Mapping[str, HealthFact] | None) -> Snapshot:

@@ -81,6 +81,7 @@ class RetireCheck:
     fell_at: float | None  # offset when the load last exceeded capacity_after
     last_wanted_at: float | None  # offset of the last plan that kept it
     cooldown_s: float
+    by: str = "planner"  # who launched it: planner | SLO monitor (never wanted by a plan)
 
     @property
     def quiet_s(self) -> float | None:
@@ -160,6 +161,7 @@ def retire_checks(run: RampRun) -> list[RetireCheck]:
                 None if fell is None else fell - t0,
                 None if wanted is None else wanted - t0,
                 run.cooldown_s,
+                run.first_event.get(iid, (0.0, "planner"))[1],
             )
         )
     return out

@@ -67,7 +67,14 @@ class AwsWorld:
             aws.region, aws.endpoint_url, aws.cluster, template, subnet_ids=aws.subnet_ids
         )
         await self.fleet.open()
-        self.agents = AgentDirectory(self.fleet, aws.agent_port, self.fleet.notify, self.clock)
+        self.agents = AgentDirectory(
+            self.fleet,
+            aws.agent_port,
+            self.fleet.notify,
+            self.clock,
+            probe_every_s=self.settings.timings.probe_every_s,
+            probe_timeout_s=self.settings.timings.probe_timeout_s,
+        )
         if aws.interruption_queue_url is not None:
             self.interruptions = SqsInterruptionSource(
                 aws.interruption_queue_url,

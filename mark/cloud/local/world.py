@@ -117,6 +117,8 @@ class LocalWorld:
     lambda_memory_mb: int = 2048
     slowdown: Mapping[str, float] = field(default_factory=dict)
     control_loop: bool = True
+    probe_every_s: float = 5.0
+    probe_timeout_s: float = 5.0
     profiles: dict[str, BatchLatency] = field(default_factory=dict)
     """T_b per model on this machine (measured at start unless given), what agents emulate."""
     endpoint: str = ""
@@ -183,6 +185,8 @@ class LocalWorld:
             boot_delay_s=lambda _t: self.boot_delay_s,
             slowdown=default_slowdown(self.catalog, self.slowdown),
             profiles=self.profiles,
+            probe_every_s=self.probe_every_s,
+            probe_timeout_s=self.probe_timeout_s,
         )
         self.serverless = LocalLambda(
             {name: m.source for name, m in self.models.items()},
