@@ -151,7 +151,7 @@ class Timings(_Strict):
     boot_deadline_s: float | None = Field(
         default=None,
         gt=0,
-        description="launch to agent ready at the latest, else replaced; default 3 × boot time",
+        description="launch to agent ready at the latest, else replaced; default 3 × boot, ≥ 60 s",
     )
     probe_every_s: float = Field(default=5, gt=0, description="liveness probe of every agent")
     probe_timeout_s: float = Field(default=5, gt=0, description="a probe's one inference, at most")

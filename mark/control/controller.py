@@ -135,7 +135,7 @@ class Controller:
     def _health_config(self) -> HealthConfig:
         t = self.settings.timings
         return HealthConfig(
-            boot_deadline_s=t.boot_deadline_s or 3.0 * self.boot_s,
+            boot_deadline_s=t.boot_deadline_s or max(3.0 * self.boot_s, 60.0),
             unhealthy_after_s=t.unhealthy_after_s,
             avoid_s=self.unavailable_ttl_s,
         )
