@@ -259,9 +259,19 @@ async def test_the_aws_world_runs_the_whole_control_loop(
 
         await _until("the spot instance's agent serves", instance_serves)
         served_before = tel.counts["served"]
-        got = await _predict(run, images)
-        assert np.allclose(np.asarray(got), expected, atol=1e-4)
-        assert tel.counts["served"] > served_before, "the instance served nothing"
+        # The agent's Bouncer admits only what it can finish within RT_max by its own
+        # profile; on a machine busy with other tests a round may all spill. A few rounds.
+        for _ in range(5):
+            got = await _predict(run, images)
+            assert np.allclose(np.asarray(got), expected, atol=1e-4)
+            if tel.counts["served"] > served_before:
+                break
+            await asyncio.sleep(1.0)
+        health = {
+            iid: (b.latency.points, b.busy_until - time.time())
+            for iid, b in dispatcher.backends.items()
+        }
+        assert tel.counts["served"] > served_before, f"the instance served nothing: {health}"
 
         # The agent's own profile is stored as measured on c5.large and rates it from then on.
         async def measured_rates_c5() -> bool:
