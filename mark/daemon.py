@@ -31,6 +31,7 @@ from mark.config import Settings
 from mark.control import Controller, online_predictor, resolve_source
 from mark.control.health import HealthTracker
 from mark.control.profiles import rate_options
+from mark.errors import StoreError
 from mark.ports import Fleet, Serverless
 from mark.serve.dispatcher import Backend, Dispatcher
 from mark.serve.endpoint import STATE, Served, build_app
@@ -137,7 +138,17 @@ async def _sync_backends(run: Running) -> None:
     if agents is None:
         return
     await agents.sync()
-    run.health.observe(WallClock().now(), agents.instance_ids, agents.agents)
+    now = WallClock().now()
+    ready, failing = run.health.observe(now, agents.instance_ids, agents.agents)
+    for iid, state, why in [
+        *((i, "ready", "agent ready: model loaded, profiled, one inference passed") for i in ready),
+        *(
+            (i, "draining", "agent failing its liveness probe, or gone: no new batches")
+            for i in failing
+        ),
+    ]:
+        with contextlib.suppress(StoreError):  # an instance the store has not recorded yet
+            await run.store.set_instance_state(iid, state, now, reason=why)
     if run.world.agents_measure:
         await _store_measured_profiles(run, agents)
     for name, served in run.models.items():

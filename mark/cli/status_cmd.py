@@ -27,8 +27,18 @@ def status(
     async def go() -> None:
         store = await open_store(settings.db_url)
         try:
-            live = None if all_states else ["pending", "running", "ready", "stopping", "stopped"]
+            live = (
+                None
+                if all_states
+                else ["pending", "running", "ready", "draining", "stopping", "stopped"]
+            )
             fleet = await store.instances(states=live)
+            measured = {
+                (p.model, p.instance_type)
+                for m in settings.models
+                for p in await store.profiles(m.name)
+                if p.source == "measured"
+            }
             now = time.time()
             rollups = {
                 m.name: await store.latency_rollups(m.name, now - 60 * minutes, now)
@@ -39,7 +49,15 @@ def status(
         table = Table(title=f"fleet ({len(fleet)} instances)")
         for col in ("instance", "model", "type", "market", "role", "state", "since", "$/h"):
             table.add_column(col)
+        table.add_column("profile")
         for i in fleet:
+            if (i.model, i.instance_type) in measured:
+                rated = "measured"
+            elif settings.world == "local":
+                rated = "emulated"
+            else:
+                spec = next((m for m in settings.models if m.name == i.model), None)
+                rated = "shipped" if spec is not None and spec.profile else "-"
             table.add_row(
                 i.instance_id,
                 i.model,
@@ -49,6 +67,7 @@ def status(
                 i.state,
                 _when(i.updated_at),
                 f"{i.price_per_hour:.4f}",
+                rated,
             )
         console.print(table)
         lat = Table(title=f"last {minutes} minutes")

@@ -21,20 +21,30 @@ class HealthTracker:
     since: float | None = None
     """When the first sync was observed; None before (no verdict is possible yet)."""
 
-    def observe(self, now: float, listed: Iterable[str], serving: Iterable[str]) -> None:
-        """One sync: ``listed`` instances exist, ``serving`` ones answered ready and live."""
+    def observe(
+        self, now: float, listed: Iterable[str], serving: Iterable[str]
+    ) -> tuple[list[str], list[str]]:
+        """One sync: ``listed`` instances exist, ``serving`` ones answered ready and live.
+
+        Returns the instances that became ready and those that started failing.
+        """
         if self.since is None:
             self.since = now
         ok = set(serving)
         seen = set(listed)
-        for iid in seen:
+        ready, failing = [], []
+        for iid in sorted(seen):
             fact = self.facts.get(iid, HealthFact())
             if iid in ok:
+                if fact.ready_since is None or fact.failing_since is not None:
+                    ready.append(iid)
                 self.facts[iid] = HealthFact(fact.ready_since or now, None)
             elif fact.ready_since is not None and fact.failing_since is None:
+                failing.append(iid)
                 self.facts[iid] = HealthFact(fact.ready_since, now)
         for iid in [i for i in self.facts if i not in seen]:
             del self.facts[iid]
+        return ready, failing
 
     def view(self) -> tuple[Mapping[str, HealthFact], float] | None:
         """The facts and since when they were observed; None before the first sync."""

@@ -186,7 +186,14 @@ def test_up_serves_real_predictions_and_stops_cleanly_on_ctrl_c(tmp_path: Path) 
 def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
     import asyncio
 
-    from mark.state import Decision, InstanceRecord, LatencyRollup, PlanRecord, open_store
+    from mark.state import (
+        Decision,
+        InstanceRecord,
+        LatencyRollup,
+        PlanRecord,
+        ProfileRecord,
+        open_store,
+    )
 
     url = f"sqlite+aiosqlite:///{tmp_path}/m.db"
     now = time.time()
@@ -225,11 +232,14 @@ def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
                 "c5.large",
                 "on-demand",
                 "serving",
-                "running",
+                "ready",
                 0.085,
                 now - 100,
                 now,
             )
+        )
+        await store.put_profile(
+            ProfileRecord("digits", "c5.large", "measured", ((1, 0.004),), now - 90)
         )
         await store.add_latency_rollup(
             LatencyRollup("digits", (now // 60 - 1) * 60, 200, 20.0, 60.0, 90.0, 196, 4, 3, 0)
@@ -246,6 +256,8 @@ def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
     st = run("--set", f"database_url={url}", "status")
     assert st.returncode == 0, st.stderr
     assert "i-0abc" in st.stdout and "98.00%" in st.stdout
+    row = next(line for line in st.stdout.splitlines() if "i-0abc" in line)
+    assert "ready" in row and "measured" in row
     none = run("--set", f"database_url={url}", "plan", "--model", "nope")
     assert none.returncode == 2 and "unknown model 'nope'" in none.stderr
 

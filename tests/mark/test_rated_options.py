@@ -120,3 +120,18 @@ def test_profile_files_in_both_formats_and_clear_errors(tmp_path: Path) -> None:
         load_profile_file(bad, "a")
     with pytest.raises(ConfigError, match="profile file"):
         load_profile_file(tmp_path / "missing.json", "a")
+
+
+def test_health_tracker_reports_ready_and_failing_transitions() -> None:
+    from mark.control.health import HealthTracker
+
+    h = HealthTracker()
+    assert h.view() is None  # nothing observed yet: no verdict possible
+    assert h.observe(10.0, ["a", "b"], []) == ([], [])  # booting
+    assert h.observe(11.0, ["a", "b"], ["a"]) == (["a"], [])
+    assert h.observe(12.0, ["a", "b"], ["b"]) == (["b"], ["a"])  # a stops answering
+    assert h.observe(13.0, ["a", "b"], ["a", "b"]) == (["a"], [])  # a is back
+    facts, since = h.view() or ({}, 0.0)
+    assert since == 10.0 and facts["a"].ready_since == 11.0 and facts["a"].failing_since is None
+    h.observe(14.0, ["b"], ["b"])
+    assert "a" not in (h.view() or ({}, 0.0))[0]  # gone from the fleet: forgotten
