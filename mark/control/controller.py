@@ -21,7 +21,7 @@ from mark.control.adopt import adopt_fleet
 from mark.control.history import LoadHistory, cold_start_forecaster
 from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
-from mark.control.snapshot import monitor_config, snapshot, step_config
+from mark.control.snapshot import health_config, monitor_config, snapshot, step_config
 from mark.control.step_runner import (
     StepResult,
     launch_backups,
@@ -34,7 +34,7 @@ from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
 from provisioner.control_state import ControlState, StepConfig
 from provisioner.greedy import PlannerOption
-from provisioner.health_step import HealthConfig, HealthFact
+from provisioner.health_step import HealthFact
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
 from provisioner.standby_step import interruption_step
 from provisioner.step import slo_step
@@ -99,8 +99,6 @@ class Controller:
         self.health: Callable[[], tuple[Mapping[str, HealthFact], float] | None] | None = None
         """Agents' health as the daemon sees it; None (the simulator): no health rules."""
 
-    # -- configuration ------------------------------------------------------
-
     @property
     def forecast(self) -> Forecaster:
         """The forecaster for models without a configured predictor."""
@@ -132,14 +130,6 @@ class Controller:
             self.options[model] = list(options)
             self.profile_sources[model] = dict(sources)
 
-    def _health_config(self) -> HealthConfig:
-        t = self.settings.timings
-        return HealthConfig(
-            boot_deadline_s=t.boot_deadline_s or max(3.0 * self.boot_s, 60.0),
-            unhealthy_after_s=t.unhealthy_after_s,
-            avoid_s=self.unavailable_ttl_s,
-        )
-
     def prometheus(self) -> str:
         """The control loop's counters for ``/metrics``."""
         return self._parts.recorder.prometheus()
@@ -147,8 +137,6 @@ class Controller:
     async def forecast_for(self, model: str, now: float, steps: int) -> list[float]:
         """The forecast for the next ``steps`` control steps, as the planner gets it unclipped."""
         return (await self._parts.history.forecast(model, now, steps))[0]
-
-    # -- the three tasks ----------------------------------------------------
 
     async def step(self, now: float) -> list[StepResult]:
         """One planning step for every model."""
@@ -169,7 +157,7 @@ class Controller:
                     everything,
                     self.state,
                     view,
-                    self._health_config(),
+                    health_config(self.settings, self.boot_s, self.unavailable_ttl_s),
                     self.price,
                     self._parts.recorder,
                     self._parts.reconciler,
@@ -234,22 +222,24 @@ class Controller:
             inst = next((i for i in fleet if i.instance_id == notice.instance_id), None)
             if inst is None or notice.kind != "interruption":
                 return []
-            spec = self.settings.model(inst.model)
-            snap = snapshot(
-                inst.model,
-                now,
-                fleet,
-                self.price,
-                self.options.get(inst.model, ()),
-                fixed_hourly=self.fixed_hourly,
-            )
             res = interruption_step(
-                snap, self.state, self.config_for(spec), inst.instance_id, notice.action_at
+                snapshot(
+                    inst.model,
+                    now,
+                    fleet,
+                    self.price,
+                    self.options.get(inst.model, ()),
+                    fixed_hourly=self.fixed_hourly,
+                ),
+                self.state,
+                self.config_for(self.settings.model(inst.model)),
+                inst.instance_id,
+                notice.action_at,
             )
             if res is None:
                 return []
             started, state = await start_standbys(
-                res, inst, fleet, now, self.state, self._parts.recorder, self._parts.reconciler
+                res, inst, fleet, now, self._parts.recorder, self._parts.reconciler
             )
             if state is None:
                 return []

@@ -11,6 +11,7 @@ from provisioner.control_state import Member, Snapshot, StepConfig
 from provisioner.forecast_sanity import ForecastBounds
 from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
+from provisioner.health_step import HealthConfig
 from provisioner.slo_monitor import SloMonitorConfig
 from provisioner.spend_rails import SpendLimits
 
@@ -61,6 +62,16 @@ def step_config(
         standby_capacity_rps=standby_capacity_rps,
         standby_loss_fraction=standby_loss_fraction,
         unavailable_ttl_s=unavailable_ttl_s,
+    )
+
+
+def health_config(settings: Settings, boot_s: float, avoid_s: float) -> HealthConfig:
+    """Boot deadline (default 3 × boot time, at least 60 s), failing limit, avoid time."""
+    t = settings.timings
+    return HealthConfig(
+        boot_deadline_s=t.boot_deadline_s or max(3.0 * boot_s, 60.0),
+        unhealthy_after_s=t.unhealthy_after_s,
+        avoid_s=avoid_s,
     )
 
 

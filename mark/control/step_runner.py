@@ -188,7 +188,6 @@ async def start_standbys(
     victim: InstanceInfo,
     fleet: Sequence[InstanceInfo],
     now: float,
-    state: ControlState,
     recorder: Recorder,
     reconciler: Reconciler,
 ) -> tuple[list[str], ControlState | None]:
