@@ -42,6 +42,9 @@ from provisioner.batching import serving_batching
 
 log = logging.getLogger("mark.daemon")
 
+AGENT_STATES_FROM = ("pending", "running", "ready", "draining")
+"""What an agent's report may change: never a stopping, stopped or terminated instance."""
+
 
 def backend_for(
     instance_id: str, instance_type: str, url: str, latency: BatchLatency, rt_max_s: float
@@ -148,7 +151,9 @@ async def _sync_backends(run: Running) -> None:
         ),
     ]:
         with contextlib.suppress(StoreError):  # an instance the store has not recorded yet
-            await run.store.set_instance_state(iid, state, now, reason=why)
+            await run.store.set_instance_state(
+                iid, state, now, reason=why, only_from=AGENT_STATES_FROM
+            )
     if run.world.agents_measure:
         await _store_measured_profiles(run, agents)
     for name, served in run.models.items():

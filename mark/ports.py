@@ -7,7 +7,7 @@ a moto-backed adapter and the real one are interchangeable.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -156,8 +156,9 @@ class Store(Protocol):
         *,
         address: str | None = None,
         reason: str | None = None,
+        only_from: Collection[str] | None = None,
     ) -> None:
-        """Record a state transition of a known instance."""
+        """Record a state transition of a known instance (only from ``only_from`` states)."""
         ...
 
     async def instances(

@@ -55,7 +55,9 @@ def health_step(
     doomed: list[str] = []
     notes: list[Note] = []
     for m in snap.mine():
-        if not m.live or (m.role == "standby" and m.state != "running"):
+        # Standbys are stopped and started, so their launch time says nothing of a boot;
+        # one whose agent fails is simply not a backend, and the plan does not count it.
+        if not m.live or m.role == "standby":
             continue
         fact = facts.get(m.instance_id, HealthFact())
         why = _verdict(m, fact, snap.now, cfg, observed_since)

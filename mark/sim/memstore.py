@@ -11,7 +11,7 @@ scenario through both stores and compares what they return.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from mark.errors import StoreError
@@ -60,10 +60,13 @@ class MemoryStore:
         *,
         address: str | None = None,
         reason: str | None = None,
+        only_from: Collection[str] | None = None,
     ) -> None:
         old = self._instances.get(instance_id)
         if old is None:
             raise StoreError(f"unknown instance {instance_id!r}")
+        if only_from is not None and old.state not in only_from:
+            return
         self._instances[instance_id] = replace(
             old, state=state, updated_at=at, address=address if address is not None else old.address
         )

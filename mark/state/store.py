@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -117,11 +117,16 @@ class SqlStore:
         *,
         address: str | None = None,
         reason: str | None = None,
+        only_from: Collection[str] | None = None,
     ) -> None:
+        """Record a state transition; with ``only_from``, only from one of those states
+        (checked in the same transaction, so a concurrent stop or terminate wins)."""
         async with self._session.begin() as s:
             row = await s.get(InstanceRow, instance_id)
             if row is None:
                 raise StoreError(f"unknown instance {instance_id!r}")
+            if only_from is not None and row.state not in only_from:
+                return
             if address is not None:
                 row.address = address
             row.updated_at = at

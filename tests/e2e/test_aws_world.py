@@ -283,7 +283,7 @@ async def test_the_aws_world_runs_the_whole_control_loop(
         (plan,) = await run.store.plans("digits", limit=1)
         sources = {label: src for label, _, src in plan.explanation["offerings"]}
         assert sources["c5.large/spot"] == "measured", sources
-        bought = {i.instance_id for i in listed}
+        bought = {i.instance_id for i in await fleet.list()}  # all it owns when it stops
     finally:
         await stop(run)
 
@@ -297,7 +297,13 @@ async def test_the_aws_world_runs_the_whole_control_loop(
         pings = cloud["lambda"].pings
         await asyncio.sleep(settings.timings.update_period_s + 1)  # another step ran
         assert cloud["lambda"].pings > pings, "the spill function is kept warm"
-        assert {i.instance_id for i in await fleet.list()} == bought
+        now_listed = {i.instance_id for i in await fleet.list()}
+        why = [
+            (d.action, d.instance_type, d.reason[:120])
+            for d in await run.store.decisions(0, 1e12)
+            if d.action not in ("adopt",)
+        ]
+        assert now_listed == bought, why
 
         # AWS warns that the spot instance will be reclaimed: EventBridge -> SQS -> controller.
         victim = next(i for i in await fleet.list() if i.role is InstanceRole.SERVING)

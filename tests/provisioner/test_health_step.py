@@ -42,8 +42,12 @@ def test_health_verdicts(
 
 def test_stopped_standbys_and_other_models_are_left_alone() -> None:
     standby = Member("s", "m", "t3.large", "on-demand", "standby", "stopped", 0.0)
+    started = Member("t", "m", "t3.large", "on-demand", "standby", "running", 0.0)
     other = Member("o", "x", "c5.large", "on-demand", "serving", "running", 0.0)
-    change, _, _ = health_step(snap(1000.0, standby, other), ControlState(), {}, CFG, 0.0)
+    facts = {"t": HealthFact(5.0, 10.0)}  # failing since it was stopped, now started again
+    change, _, _ = health_step(
+        snap(1000.0, standby, started, other), ControlState(), facts, CFG, 0.0
+    )
     assert change is None
 
 
