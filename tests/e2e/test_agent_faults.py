@@ -21,6 +21,7 @@ from mark.daemon import Running, start, stop
 from mark.demo import ensure_demo_model
 from mark.demo.loadgen import run_load
 from mark.demo.rate_profile import RateProfile
+from tests.e2e.test_local_world import _live_children
 
 P_U = 5.0
 DEADLINE = 30.0
@@ -128,3 +129,4 @@ async def test_a_hung_model_fails_its_probe_is_drained_and_replaced(
         print(f"drained {drained:.1f} s after the model hung")
     finally:
         await stop(run)
+    assert _live_children(os.getpid()) == [], "the hung agent outlived the daemon"

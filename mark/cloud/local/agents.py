@@ -87,6 +87,7 @@ class AgentSupervisor:
     _dead: set[str] = field(default_factory=set)  # agent died: the instance is replaced
     _failing: set[str] = field(default_factory=set)  # failed its last liveness probe
     _probed_at: float = float("-inf")
+    _stopping: dict[int, AgentProcess] = field(default_factory=dict)  # pid -> being stopped
 
     @property
     def agents(self) -> dict[str, AgentProcess]:
@@ -157,7 +158,11 @@ class AgentSupervisor:
             self._starting.discard(inst.instance_id)
 
     async def _stop(self, agent: AgentProcess) -> None:
-        await stop_agent(agent.process)
+        # Tracked until it has exited: a sync cancelled during the grace period (the daemon
+        # stopping) must not leave a hung agent behind; ``close`` stops it again.
+        self._stopping[agent.process.pid] = agent
+        await stop_agent(agent.process)  # cancelled here: still in _stopping for close()
+        self._stopping.pop(agent.process.pid, None)
 
     async def _probe_all(self) -> None:
         """Each live agent's liveness probe (one tiny inference, bounded): a hung model fails."""
@@ -173,7 +178,7 @@ class AgentSupervisor:
                 log.error("agent for %s failed its liveness probe: drained", iid)
 
     async def close(self) -> None:
-        agents = list(self.procs.values())
+        agents = [*self.procs.values(), *self._stopping.values()]
         self.procs.clear()
         await asyncio.gather(*(self._stop(a) for a in agents))
 
