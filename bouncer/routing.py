@@ -49,6 +49,30 @@ def finish_if_sent(now: float, busy_until: float, batch_time_s: float) -> float:
     return (busy_until if busy_until > now else now) + batch_time_s
 
 
+ALLOWANCE_RISE = 0.5
+"""How far one late batch moves the allowance toward its lateness: fast, since an
+allowance too small sends requests past RT_max."""
+ALLOWANCE_DECAY = 0.02
+"""How far one batch on time moves it back down: slowly, so a burst of on-time
+batches does not forget the hop's tail."""
+
+
+def allowance_after(allowance_s: float, late_s: float, cap_s: float) -> float:
+    """An instance's transport allowance after one batch's result reached the frontend
+    ``late_s`` after the finish its Bouncer predicted.
+
+    The Bouncer admits a request whose batch it predicts to end by the deadline it
+    is given; the result still has to travel back, and a busy machine runs a batch
+    a little past its profile. So the frontend hands the Bouncer each deadline less
+    this allowance: an asymmetric moving average of how late results come back
+    (up fast, down slowly), between 0 and ``cap_s``. In the simulator a batch ends
+    exactly when predicted, so the allowance stays 0 there.
+    """
+    late = min(max(late_s, 0.0), cap_s)
+    rate = ALLOWANCE_RISE if late > allowance_s else ALLOWANCE_DECAY
+    return allowance_s + rate * (late - allowance_s)
+
+
 def pick(now: float, backends: Iterable[R]) -> R | None:
     """The instance that would finish one more request sent ``now`` soonest; a tie goes
     to the smaller instance id. ``None`` when there is none (the batch spills)."""

@@ -15,14 +15,21 @@ streamed (``NDJSON_TYPE``):
 2. when the batch has run, ``{"outputs": [...]}`` for the admitted ones, in
    order, or ``{"error": "..."}``.
 
+A line may be far longer than aiohttp's ``readline`` allows (its read buffer's
+high-water mark, some hundreds of KiB; a batch of images' outputs is megabytes),
+so the dispatcher reads the answer with ``LineReader``. The decoders raise
+``ValueError`` on any malformed line, an empty one (the answer ended early)
+included, so the dispatcher has one failure to handle.
+
 ``SERVED_BY_HEADER`` is the response header with which the frontend tells a
 client who answered: instance ids, or ``lambda``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import orjson
@@ -80,6 +87,51 @@ class Verdict(NamedTuple):
     finish: float
 
 
+MAX_LINE_BYTES = 512 * 1024 * 1024
+"""The longest line ``LineReader`` takes: far above any real batch's outputs, so only a
+runaway agent fails its batch, instead of the daemon running out of memory."""
+
+
+class Chunks(Protocol):
+    """A body read in pieces as they arrive (aiohttp's ``StreamReader``)."""
+
+    async def readany(self) -> bytes: ...
+
+
+class LineReader:
+    """The lines of a streamed answer, each of any length up to ``limit``.
+
+    aiohttp's ``readline`` raises ``LineTooLong`` past its buffer's high-water
+    mark and copies the line so far on every chunk (quadratic in its length);
+    this keeps what follows a line for the next one and joins in linear time.
+    """
+
+    def __init__(self, body: Chunks, limit: int = MAX_LINE_BYTES) -> None:
+        self._body = body
+        self._limit = limit
+        self._buf = bytearray()
+
+    async def line(self) -> bytes:
+        """The next line with its newline; at the end of the body, what is left (``b""``
+        when nothing is). Raises ``ValueError`` past ``limit`` bytes."""
+        searched = 0
+        while True:
+            end = self._buf.find(b"\n", searched)
+            if end >= 0:
+                line = bytes(self._buf[: end + 1])
+                del self._buf[: end + 1]
+                return line
+            if len(self._buf) > self._limit:
+                raise ValueError(f"a line of the answer exceeds {self._limit} bytes")
+            searched = len(self._buf)
+            chunk = await self._body.readany()
+            if not chunk:
+                line = bytes(self._buf)
+                self._buf.clear()
+                return line
+            self._buf += chunk
+
+
 def encode_verdict(admitted: Sequence[int], rejected: Sequence[int], finish: float) -> bytes:
     return (
         dump_json({"admitted": list(admitted), "rejected": list(rejected), "finish": finish})
@@ -87,13 +139,34 @@ def encode_verdict(admitted: Sequence[int], rejected: Sequence[int], finish: flo
     )
 
 
-def decode_verdict(line: bytes) -> Verdict:
-    head = orjson.loads(line)
-    return Verdict(
-        [int(i) for i in head["admitted"]],
-        [int(i) for i in head["rejected"]],
-        float(head["finish"]),
-    )
+def _object(line: bytes, what: str) -> dict[str, Any]:
+    if not line.strip():
+        raise ValueError(f"the answer ended before its {what} line")
+    body = orjson.loads(line)  # JSONDecodeError is a ValueError
+    if not isinstance(body, dict):
+        raise ValueError(f"the {what} line is not a JSON object")
+    return body
+
+
+def decode_verdict(line: bytes, size: int | None = None) -> Verdict:
+    """The first line. With the batch's ``size``, every index must name one of its
+    requests, once. Raises ``ValueError`` on a malformed line."""
+    head = _object(line, "verdict")
+    try:
+        verdict = Verdict(
+            [int(i) for i in head["admitted"]],
+            [int(i) for i in head["rejected"]],
+            float(head["finish"]),
+        )
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"bad verdict line: {type(exc).__name__}: {exc}") from exc
+    if not math.isfinite(verdict.finish):
+        raise ValueError(f"the verdict's finish is {verdict.finish}")
+    if size is not None:
+        named = verdict.admitted + verdict.rejected
+        if len(set(named)) != len(named) or any(not 0 <= i < size for i in named):
+            raise ValueError(f"the verdict names requests outside a batch of {size} or twice")
+    return verdict
 
 
 def encode_outputs(outputs: Any) -> bytes:
@@ -106,9 +179,16 @@ def encode_error(message: str) -> bytes:
     return dump_json({"error": message}) + b"\n"
 
 
-def decode_result(line: bytes) -> tuple[Any, str | None]:
-    """The second line: ``(outputs, None)``, or ``(None, error)``."""
-    tail = orjson.loads(line)
+def decode_result(line: bytes, count: int | None = None) -> tuple[Any, str | None]:
+    """The second line: ``(outputs, None)``, or ``(None, error)``. With ``count``, the
+    outputs must be a list of that many. Raises ``ValueError`` on a malformed line."""
+    tail = _object(line, "result")
     if "error" in tail:
         return None, str(tail["error"])
-    return tail["outputs"], None
+    if "outputs" not in tail:
+        raise ValueError("the result line has neither outputs nor an error")
+    outputs = tail["outputs"]
+    if count is not None and (not isinstance(outputs, list) or len(outputs) != count):
+        got = len(outputs) if isinstance(outputs, list) else type(outputs).__name__
+        raise ValueError(f"the result line has {got} outputs for {count} admitted requests")
+    return outputs, None

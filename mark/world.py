@@ -149,6 +149,10 @@ def open_world(settings: Settings, sources: Mapping[str, str], clock: Callable[[
             control_loop=settings.local.control_loop,
             probe_every_s=settings.timings.probe_every_s,
             probe_timeout_s=settings.timings.probe_timeout_s,
+            profiles={
+                name: BatchLatency.parse(text)
+                for name, text in settings.local.reference_profile.items()
+            },
         )
     raise ConfigError(
         f"world {settings.world!r} cannot run as a daemon; use 'local' or 'aws' "

@@ -315,6 +315,24 @@ class LocalSpec(_Strict):
         description="emulated speed per instance type: this machine's T_b times the factor "
         "(default: 1 for accelerated types, 8 / vCPUs for CPU types)",
     )
+    reference_profile: dict[str, str] = Field(
+        default_factory=dict,
+        description="per model, the T_b on this machine agents emulate (b:seconds,..., "
+        "slowed per type as above) instead of measuring it at start: for runs that must "
+        "not depend on this machine's noise (the parity test)",
+    )
+
+    @field_validator("reference_profile")
+    @classmethod
+    def _profiles(cls, v: dict[str, str]) -> dict[str, str]:
+        from bouncer.latency import BatchLatency
+
+        for model, text in v.items():
+            try:
+                BatchLatency.parse(text)
+            except ValueError as exc:
+                raise ValueError(f"local.reference_profile[{model!r}]: {exc}") from None
+        return v
 
     @field_validator("slowdown")
     @classmethod

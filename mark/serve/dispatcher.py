@@ -8,7 +8,34 @@ since that request arrived — a batch never waits longer. That rule is
 agent in ``bouncer.wire``'s protocol. The instance's Bouncer answers at once
 with what it admits; what it rejects, and everything when no instance exists,
 goes to the ``Serverless`` port straight away. Every request ends in an
-``Outcome``: an output, or an explicit error. None is lost.
+``Outcome``: an output, or an explicit error. None is lost. The deadline an
+agent is given is the request's less the instance's transport allowance (how
+late its results come back, ``bouncer.routing.allowance_after``), so what its
+Bouncer admits reaches the client within RT_max, not a hop after it.
+
+In flight: every batch sent is tracked per instance until it settles, so no
+request waits on an instance that cannot answer. With grace = max(RT_max,
+``GRACE_FLOOR_S``):
+
+- an instance that leaves ``set_backends`` (drained: its process died, it
+  fails its liveness probe) has its batches cancelled, and what they still owe
+  spills at once;
+- a batch is hung when it has no verdict ``grace`` after it was sent, or no
+  result ``grace`` after the verdict's ``finish`` (taken no earlier than the
+  verdict's arrival and no later than the batch's last admitted deadline, so a
+  skewed clock cannot stretch the wait): what it owes spills, and the instance
+  is penalised for a grace (no batches; ``busy_until`` pushed), so the next
+  batches go to another instance or to Lambda;
+- an exchange that fails (refused, reset, closed early, a malformed or huge
+  line, any other exception) spills what it owes and penalises the same way.
+
+A request is handed to Lambda at most once (``_Request.spilled``): that is its
+last hop. Each invocation is bounded by ``spill_timeout_s``. So a request is
+dispatched by arrival + W_batch (≤ RT_max), hands off to Lambda by dispatch +
+2 × grace (verdict, then result), and has its outcome by ``outcome_bound_s`` =
+RT_max + 2 × grace + spill_timeout_s. The give-up, a backstop that should never
+fire, comes one grace later: RT_max + 3 × grace + spill_timeout_s, at most
+4 × max(RT_max, 1 s) + the spill timeout.
 """
 
 from __future__ import annotations
@@ -16,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,15 +51,36 @@ import aiohttp
 import numpy as np
 
 from bouncer.latency import BatchLatency
-from bouncer.routing import SPILL_CHUNK, due_at, finish_if_sent, pick, window_end
-from bouncer.wire import BATCH_PATH, JSON_TYPE, decode_result, decode_verdict, encode_batch
-from mark.errors import CloudError
+from bouncer.routing import (
+    SPILL_CHUNK,
+    allowance_after,
+    due_at,
+    finish_if_sent,
+    pick,
+    window_end,
+)
+from bouncer.wire import (
+    BATCH_PATH,
+    JSON_TYPE,
+    LineReader,
+    decode_result,
+    decode_verdict,
+    encode_batch,
+)
 from mark.ports import Serverless
 from mark.serve.telemetry import Telemetry
 
 log = logging.getLogger("mark.dispatcher")
 
 _JSON = {"Content-Type": JSON_TYPE}
+
+GRACE_FLOOR_S = 1.0
+"""The least wait past an instance's predicted finish before its batch is hung: below a
+second, a GC pause or a busy machine's scheduling would spill batches merely late."""
+
+SPILL_TIMEOUT_S = 60.0
+"""How long one spill invocation may take by default: the spill function's timeout
+(``AwsLambda``'s ``timeout_s``)."""
 
 
 @dataclass
@@ -46,6 +94,11 @@ class Backend:
     n_batch: int = 1
     w_batch_s: float = 0.0
     busy_until: float = 0.0
+    penalised_until: float = 0.0
+    allowance_s: float = 0.0
+    """Taken off each deadline the agent is given: how late its results come back
+    (``bouncer.routing.allowance_after``)."""
+    """Until then the instance gets no batches: it just hung or failed one."""
 
     def finish_if_sent(self, now: float, size: int = 1) -> float:
         return finish_if_sent(now, self.busy_until, self.latency(size))
@@ -79,7 +132,7 @@ class _Group:
 
 
 class _Request:
-    __slots__ = ("arrival", "deadline", "group", "index", "row")
+    __slots__ = ("arrival", "deadline", "group", "index", "row", "spilled")
 
     def __init__(
         self, row: np.ndarray[Any, Any], arrival: float, deadline: float, group: _Group, index: int
@@ -89,10 +142,31 @@ class _Request:
         self.deadline = deadline
         self.group = group
         self.index = index
+        self.spilled = False  # handed to Lambda (or failed for want of it): never again
 
     @property
     def finished(self) -> bool:
         return self.group.outcomes[self.index] is not None
+
+    @property
+    def owed(self) -> bool:
+        """Neither answered nor handed to Lambda: whoever holds it still owes an answer."""
+        return not self.spilled and not self.finished
+
+
+@dataclass(eq=False)
+class _Flight:
+    """A batch sent to an instance and not settled: the exchange's task, and the timer
+    that declares the batch hung."""
+
+    backend: Backend
+    batch: list[_Request]
+    task: asyncio.Task[None] | None = None
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def instance_id(self) -> str:
+        return self.backend.instance_id
 
 
 class Dispatcher:
@@ -105,8 +179,10 @@ class Dispatcher:
         session: aiohttp.ClientSession,
         serverless: Serverless | None,
         telemetry: Telemetry | None = None,
-        give_up_after_s: float = 60.0,
+        give_up_after_s: float | None = None,
+        spill_timeout_s: float = SPILL_TIMEOUT_S,
     ) -> None:
+        """``give_up_after_s`` defaults to ``outcome_bound_s`` + one grace (module docstring)."""
         self.model = model
         self.rt_max_s = rt_max_s
         self.dtype = dtype
@@ -114,11 +190,23 @@ class Dispatcher:
         self.session = session
         self.serverless = serverless
         self.telemetry = telemetry
-        self.give_up_after_s = give_up_after_s
+        self.grace_s = max(rt_max_s, GRACE_FLOOR_S)
+        self.spill_timeout_s = spill_timeout_s
+        self.give_up_after_s = (
+            self.outcome_bound_s + self.grace_s if give_up_after_s is None else give_up_after_s
+        )
         self.backends: dict[str, Backend] = {}
+        self._flights: dict[str, set[_Flight]] = {}  # by instance id
         self._queue: asyncio.Queue[_Request] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
+
+    @property
+    def outcome_bound_s(self) -> float:
+        """By when after its arrival every request has its outcome, whatever its instance
+        does: dispatched within RT_max, handed to Lambda within 2 graces, answered within
+        the spill timeout."""
+        return self.rt_max_s + 2 * self.grace_s + self.spill_timeout_s
 
     # -- lifecycle -------------------------------------------------------
 
@@ -127,25 +215,41 @@ class Dispatcher:
             self._loop_task = asyncio.create_task(self._batcher(), name=f"batcher-{self.model}")
 
     async def close(self) -> None:
-        """Stop batching; whatever is still queued is answered with an explicit error."""
+        """Stop batching; whatever is still queued, in flight or spilling after a last wait
+        is answered with an explicit error."""
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=10)
+        for flight in [f for flights in self._flights.values() for f in flights]:
+            self._untrack(flight)
+            for r in flight.batch:
+                self._finish(r, None, "mark is shutting down", "none")
+        left = list(self._tasks)
+        for task in left:
+            task.cancel()  # a spill ends its requests with an error as it is cancelled
+        if left:
+            await asyncio.wait(left, timeout=1)
         while not self._queue.empty():
             self._finish(self._queue.get_nowait(), None, "mark is shutting down", "none")
 
     def set_backends(self, backends: Sequence[Backend]) -> None:
-        """Replace the set of instances, keeping what we know of the ones that stay."""
+        """Replace the set of instances, keeping what we know of the ones that stay. The
+        batches in flight on one that left are abandoned: what they owe spills now."""
         fresh = {}
         for b in backends:
             old = self.backends.get(b.instance_id)
             if old is not None:
                 b.busy_until = old.busy_until
+                b.penalised_until = old.penalised_until
+                b.allowance_s = old.allowance_s
             fresh[b.instance_id] = b
         self.backends = fresh
+        for iid in [i for i in self._flights if i not in fresh]:
+            for flight in list(self._flights.get(iid, ())):
+                self._end_flight(flight, "its instance left the backends")
 
     @property
     def can_serve(self) -> bool:
@@ -174,11 +278,13 @@ class Dispatcher:
         try:
             await group.done
         finally:
-            give_up.cancel()
+            if group.pending == 0:  # a caller gone early leaves its requests the backstop
+                give_up.cancel()
         return [o for o in group.outcomes if o is not None]
 
     def _give_up(self, reqs: list[_Request]) -> None:
         for r in reqs:
+            r.spilled = True  # too late for Lambda too
             self._finish(r, None, f"no result within {self.give_up_after_s:g} s", "none")
 
     def _finish(self, r: _Request, output: Any, error: str | None, served_by: str) -> None:
@@ -196,15 +302,20 @@ class Dispatcher:
 
     # -- batching --------------------------------------------------------
 
+    def _pick(self) -> Backend | None:
+        """``bouncer.routing.pick`` among the instances not penalised now."""
+        now = self.clock()
+        return pick(now, [b for b in self.backends.values() if b.penalised_until <= now])
+
     async def _batcher(self) -> None:
         while True:
             first = await self._queue.get()
-            backend = pick(self.clock(), self.backends.values())
+            backend = self._pick()
             if backend is None:
                 batch = [first]
                 while not self._queue.empty() and len(batch) < SPILL_CHUNK:
                     batch.append(self._queue.get_nowait())
-                self._spawn(self._spill(batch))
+                self._spill(batch)
                 continue
             batch = [first]
             w_end = window_end(first.arrival, backend.w_batch_s)
@@ -220,70 +331,175 @@ class Dispatcher:
                     batch.append(await asyncio.wait_for(self._queue.get(), wait))
                 except TimeoutError:
                     break
-            # Reserve the instance now so the next batch sees it busy.
+            # The instance may have left, been replaced or penalised while the batch filled.
             now = self.clock()
+            current = self.backends.get(backend.instance_id)
+            backend = current if current and current.penalised_until <= now else self._pick()
+            if backend is None:
+                self._spill(batch)
+                continue
+            # Reserve the instance now so the next batch sees it busy.
             backend.busy_until = backend.finish_if_sent(now, len(batch))
-            self._spawn(self._send(backend, batch))
+            flight = _Flight(backend, batch)
+            self._flights.setdefault(backend.instance_id, set()).add(flight)
+            flight.task = self._spawn(self._send(flight))
+            self._arm(flight, now + self.grace_s, f"no verdict within {self.grace_s:g} s")
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
-    async def _send(self, backend: Backend, batch: list[_Request]) -> None:
-        body = encode_batch(
-            np.stack([r.row for r in batch]), self.dtype, [r.deadline for r in batch]
+    # -- a batch in flight -----------------------------------------------
+
+    def _arm(self, flight: _Flight, due: float, why: str) -> None:
+        """Declare the flight hung at ``due`` (this clock's time) unless it settles first."""
+        if flight.timer is not None:
+            flight.timer.cancel()
+        delay = max(0.0, due - self.clock())
+        flight.timer = asyncio.get_running_loop().call_later(
+            delay, self._end_flight, flight, f"hung: {why}"
         )
-        try:
-            async with self.session.post(
-                f"{backend.url}{BATCH_PATH}", data=body, headers=_JSON
-            ) as resp:
-                if resp.status != 200:
-                    raise aiohttp.ClientResponseError(
-                        resp.request_info, (), status=resp.status, message=await resp.text()
-                    )
-                head = decode_verdict(await resp.content.readline())
-                admitted = head.admitted
-                rejected = [batch[i] for i in head.rejected]
-                backend.busy_until = max(self.clock(), head.finish)
-                if rejected:
-                    self._spawn(self._spill(rejected))
-                if admitted:
-                    outputs, error = decode_result(await resp.content.readline())
-                    if error is not None:
-                        for i in admitted:
-                            self._finish(batch[i], None, error, backend.instance_id)
-                    else:
-                        for i, out in zip(admitted, outputs, strict=True):
-                            self._finish(batch[i], out, None, backend.instance_id)
-                # Read to the end of the chunked body: a response released before its end
-                # closes the connection, and the next batch would pay a new TCP handshake.
-                await resp.content.read()
-        except (aiohttp.ClientError, OSError, ValueError, KeyError, TimeoutError) as exc:
-            # The instance failed us: whatever it did not answer goes to Lambda.
-            log.warning("instance %s failed a batch: %s", backend.instance_id, exc)
-            backend.busy_until = self.clock() + 1.0  # steer the next batches elsewhere
-            self._spawn(self._spill([r for r in batch if not r.finished]))
 
-    async def _spill(self, batch: list[_Request]) -> None:
-        if not batch:
+    def _untrack(self, flight: _Flight) -> bool:
+        """Forget the flight; ``False`` if it had already settled."""
+        if flight.timer is not None:
+            flight.timer.cancel()
+            flight.timer = None
+        flights = self._flights.get(flight.instance_id)
+        if flights is None or flight not in flights:
+            return False
+        flights.discard(flight)
+        if not flights:
+            del self._flights[flight.instance_id]
+        return True
+
+    def _end_flight(self, flight: _Flight, failure: str | None) -> None:
+        """Settle a flight once: stop its exchange and spill what the instance still owes;
+        a failure that left requests owed penalises the instance."""
+        if not self._untrack(flight):
+            return
+        owed = [r for r in flight.batch if r.owed]
+        if failure is not None and owed:
+            log.warning(
+                "instance %s: %s; %d requests go to Lambda", flight.instance_id, failure, len(owed)
+            )
+            self._penalise(flight.instance_id)
+        if flight.task is not None and flight.task is not asyncio.current_task():
+            flight.task.cancel()
+        self._spill(owed)
+
+    def _penalise(self, instance_id: str) -> None:
+        """No batches to the instance for a grace, and a ``busy_until`` that says so."""
+        b = self.backends.get(instance_id)
+        if b is None:
+            return
+        until = self.clock() + self.grace_s
+        b.busy_until = max(b.busy_until, until)
+        b.penalised_until = max(b.penalised_until, until)
+
+    async def _send(self, flight: _Flight) -> None:
+        """The exchange with the agent; however it ends, every request is answered or spilled."""
+        batch = flight.batch
+        try:
+            body = encode_batch(
+                np.stack([r.row for r in batch]),
+                self.dtype,
+                [r.deadline - flight.backend.allowance_s for r in batch],
+            )
+        except Exception:  # rows that do not stack: not the instance's fault, no penalty
+            log.exception("cannot encode a batch for %s; it goes to Lambda", flight.instance_id)
+            self._end_flight(flight, None)
+            return
+        try:
+            await self._exchange(flight, body)
+        except asyncio.CancelledError:
+            self._end_flight(flight, None)  # abandoned (already settled) or shutting down
+            raise
+        except Exception as exc:  # any failure, expected or not: what is owed spills
+            self._end_flight(flight, f"failed a batch: {type(exc).__name__}: {exc}")
+        else:
+            self._end_flight(flight, None)
+
+    async def _exchange(self, flight: _Flight, body: bytes) -> None:
+        backend, batch = flight.backend, flight.batch
+        iid = backend.instance_id
+        async with self.session.post(
+            f"{backend.url}{BATCH_PATH}", data=body, headers=_JSON
+        ) as resp:
+            if resp.status != 200:
+                raise aiohttp.ClientResponseError(
+                    resp.request_info, (), status=resp.status, message=await resp.text()
+                )
+            lines = LineReader(resp.content)
+            head = decode_verdict(await lines.line(), len(batch))
+            now = self.clock()
+            current = self.backends.get(iid)
+            if current is not None:
+                current.busy_until = max(now, head.finish, current.penalised_until)
+            # What the Bouncer rejects (or leaves out) goes to Lambda while it has time.
+            taken = set(head.admitted)
+            self._spill([r for i, r in enumerate(batch) if i not in taken])
+            admitted = [batch[i] for i in head.admitted]
+            if admitted:
+                last = max(r.deadline for r in admitted)
+                due = max(now, min(head.finish, last)) + self.grace_s
+                self._arm(flight, due, f"no result {self.grace_s:g} s past its predicted finish")
+                outputs, error = decode_result(await lines.line(), len(admitted))
+                current = self.backends.get(iid)
+                if current is not None:
+                    current.allowance_s = allowance_after(
+                        current.allowance_s, self.clock() - head.finish, self.rt_max_s / 2
+                    )
+                if error is not None:
+                    for r in admitted:
+                        self._finish(r, None, error, iid)
+                else:
+                    for r, out in zip(admitted, outputs, strict=True):
+                        self._finish(r, out, None, iid)
+            # Read to the end of the chunked body: a response released before its end
+            # closes the connection, and the next batch would pay a new TCP handshake.
+            await resp.content.read()
+
+    # -- spill -----------------------------------------------------------
+
+    def _spill(self, reqs: Sequence[_Request]) -> None:
+        """Hand to Lambda each request still owed: its last hop, taken once."""
+        todo = [r for r in reqs if r.owed]
+        for r in todo:
+            r.spilled = True
+        if not todo:
             return
         if self.serverless is None:
-            for r in batch:
+            for r in todo:
                 self._finish(r, None, "no serving capacity and no spill function", "none")
             return
-        serverless = self.serverless
-
-        async def one(chunk: list[_Request]) -> None:
-            try:
-                result = await serverless.invoke(self.model, [r.row.tolist() for r in chunk])
-                for r, out in zip(chunk, result.outputs, strict=True):
-                    self._finish(r, out, None, "lambda")
-            except (CloudError, ValueError) as exc:
-                for r in chunk:
-                    self._finish(r, None, f"spill failed: {exc}", "lambda")
-
         # Invocations run side by side, as Lambda scales out per concurrent request.
-        await asyncio.gather(
-            *(one(batch[s : s + SPILL_CHUNK]) for s in range(0, len(batch), SPILL_CHUNK))
-        )
+        for s in range(0, len(todo), SPILL_CHUNK):
+            self._spawn(self._invoke(self.serverless, todo[s : s + SPILL_CHUNK]))
+
+    async def _invoke(self, serverless: Serverless, chunk: list[_Request]) -> None:
+        """One invocation; every request in it ends, with an output or an explicit error."""
+        deadline = asyncio.timeout(self.spill_timeout_s)
+        try:
+            async with deadline:
+                result = await serverless.invoke(self.model, [r.row.tolist() for r in chunk])
+            outputs = list(result.outputs)
+            if len(outputs) != len(chunk):
+                raise ValueError(f"{len(outputs)} outputs for {len(chunk)} requests")
+            for r, out in zip(chunk, outputs, strict=True):
+                self._finish(r, out, None, "lambda")
+        except asyncio.CancelledError:
+            self._fail(chunk, "spill cancelled: mark is shutting down")
+            raise
+        except Exception as exc:  # CloudError, a payload read error, a bad reply: never silent
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                why = f"no answer within {self.spill_timeout_s:g} s"
+            else:
+                why = str(exc) or type(exc).__name__
+            self._fail(chunk, f"spill failed: {why}")
+
+    def _fail(self, reqs: Sequence[_Request], error: str) -> None:
+        for r in reqs:
+            self._finish(r, None, error, "lambda")

@@ -7,6 +7,11 @@ invocation is throttled (429 TooManyRequests) and its requests fail. Billing
 is the real formula (``mark.billing.lambda_charge``): duration rounded up to
 the millisecond × memory, plus the per-request price. Cold-start init time
 is not billed (managed runtimes), as on AWS until 2025.
+
+``queue_timeout_s`` models the local world's stand-in (``mark.cloud.local.lambda_``),
+which queues an invocation that finds every environment busy, first come first
+served, for up to that long before it fails as throttled. AWS fails it at once
+(0, the default, which the experiments use).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class SimLambda:
     cold_start_s: float = 2.5
     concurrency: int = 1000
     keep_warm_s: float = 600.0
+    queue_timeout_s: float = 0.0
     invocations: int = 0
     requests: int = 0
     cold_starts: int = 0
@@ -46,8 +52,10 @@ class SimLambda:
             idle.pop()
             start = now
         elif len(busy) >= self.concurrency:
-            self.throttled += 1
-            return None
+            if busy[0] - now > self.queue_timeout_s:
+                self.throttled += 1
+                return None
+            start = heapq.heappop(busy)  # waits for the first environment to free
         else:
             self.cold_starts += 1
             start = now + self.cold_start_s

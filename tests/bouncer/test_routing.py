@@ -8,7 +8,7 @@ import pytest
 
 from bouncer.admission import Backlog
 from bouncer.latency import BatchLatency
-from bouncer.routing import due_at, fill, finish_if_sent, pick, window_end
+from bouncer.routing import allowance_after, due_at, fill, finish_if_sent, pick, window_end
 
 
 @dataclass
@@ -66,3 +66,25 @@ def test_the_backlog_re_anchors_busy_until_when_a_batch_ends() -> None:
     q.take(1000.7, 1, t)
     whole = q.take(1000.75, 3, t)
     assert whole.admitted == (0, 1, 2) and whole.finish == pytest.approx(1000.8 + 0.3)
+
+
+def test_the_transport_allowance_rises_fast_on_late_results_and_falls_slowly() -> None:
+    a = 0.0
+    for _ in range(5):
+        a = allowance_after(a, 0.020, cap_s=0.5)
+    assert 0.018 < a <= 0.020  # five late batches: nearly all of the lateness
+    high = a
+    for _ in range(5):
+        a = allowance_after(a, 0.0, cap_s=0.5)
+    assert 0.8 * high < a < high  # five on time: still most of it
+    for _ in range(500):
+        a = allowance_after(a, 0.0, cap_s=0.5)
+    assert a < 0.001  # on time for long: back near nothing
+
+
+def test_the_transport_allowance_ignores_early_results_and_is_capped() -> None:
+    assert allowance_after(0.0, -0.3, cap_s=0.5) == 0.0  # early is on time
+    a = 0.0
+    for _ in range(50):
+        a = allowance_after(a, 10.0, cap_s=0.25)  # a stall is not a transport time
+    assert a <= 0.25
