@@ -7,7 +7,7 @@ call given the full history up to its origin, as the control loop would.
 
     nice -n 10 .venv/bin/python benchmarks/bench_predictor.py [TRACE] [--seed N]
 
-TRACE defaults to the shared Twitter dev trace; 'mmpp' generates 14 days.
+TRACE defaults to the Twitter dev trace the package ships; 'mmpp' generates 14 days.
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
 from predictor.base import MINUTES_PER_DAY, History
 from predictor.lstm import LSTMForecaster
 
-DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[2] / "shared/data/traces/twitter-2021-08-dev.csv.gz"
-)
+DEFAULT_TRACE = "twitter"  # a name load_trace resolves to the shipped file
 
 
 def load(trace: str) -> History:
@@ -39,7 +36,7 @@ def load(trace: str) -> History:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("trace", nargs="?", default=str(DEFAULT_TRACE))
+    parser.add_argument("trace", nargs="?", default=DEFAULT_TRACE)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()

@@ -17,8 +17,9 @@ from predictor.registry import BUILTIN, NAIVE, create, resolve
 app = typer.Typer(
     help=(
         "Train and evaluate workload forecasters. They forecast the maximum 5 s request rate "
-        "of each of the next 60 minutes (MArk §4.2). A trace is a 'second,requests' CSV "
-        "(optionally .gz), a NAB 'timestamp,value' CSV, or 'mmpp' for generated bursty load."
+        "of each of the next 60 minutes (MArk §4.2). A trace is 'twitter' or 'nab' (shipped), "
+        "a 'second,requests' CSV (optionally .gz), a NAB 'timestamp,value' CSV, or 'mmpp' for "
+        "generated bursty load."
     ),
     no_args_is_help=True,
 )
@@ -26,7 +27,10 @@ app = typer.Typer(
 DEFAULT_MODELS = "last,seasonal,seasonal-week,paper,ets,sarima,lstm"
 MMPP_TRAIN_DAYS = 1.0  # the paper trains on 24 h of MMPP load
 
-TRACE_HELP = "trace file, or 'mmpp' for the seeded Markov-modulated Poisson generator"
+TRACE_HELP = (
+    "twitter | nab (the shipped traces), a trace file, or 'mmpp' for the seeded "
+    "Markov-modulated Poisson generator"
+)
 SEED_HELP = "seed of the model (and of the generator with --trace mmpp)"
 UNDER_HELP = "lstm: cost of under- vs over-prediction (1 = median; >1 fewer short minutes)"
 

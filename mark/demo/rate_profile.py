@@ -96,7 +96,10 @@ class RateProfile:
 
         With the default 60 a trace minute lasts one second. Missing minutes
         (trace gaps) are interpolated, as the predictor does. ``scale``
-        multiplies every rate, so a busy trace fits one machine.
+        multiplies every rate, so a busy trace fits one machine. ``path`` is a
+        file or a shipped trace's name (``twitter``, ``nab``); ``start_minute``
+        counts from the trace's first row, whatever its time (see
+        `predictor.traces`).
         """
         from predictor.base import fill_gaps
         from predictor.traces import load_trace

@@ -11,6 +11,12 @@ Archive gaps in the Twitter trace (zero runs longer than a minute, "missing
 data, not a drop in traffic") are filled by linear interpolation, so a
 simulated fleet is not retired for half an hour every night because a file
 was missing.
+
+Traces are read by `predictor.traces`: ``twitter`` and ``nab`` are the traces
+shipped in the package (`predictor/data/traces/`), anything else is a path.
+Second 0 of a trace's workload is its first row, whatever its time (an offset,
+or Unix seconds), and ``epoch`` is that row's time, so ``start_day`` counts days
+from the first row.
 """
 
 from __future__ import annotations
@@ -25,19 +31,16 @@ from mark.errors import ConfigError
 from predictor.base import fill_gaps
 from predictor.mmpp import MMPP_START, Mmpp
 from predictor.traces import (
+    SHIPPED_TRACES,
     TWITTER_START,
     TraceError,
     load_nab,
-    per_second_counts,
+    read_per_second,
+    shipped_trace,
     trace_format,
 )
 
 FloatArray = NDArray[np.float64]
-SHARED_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
-TRACE_FILES = {
-    "twitter": "twitter-2021-08-dev.csv.gz",
-    "nab": "nab-twitter-aapl.csv",
-}
 
 
 @dataclass(frozen=True)
@@ -96,10 +99,14 @@ def _scaled(x: FloatArray, rate_scale: float, time_scale: float) -> FloatArray:
 
 
 def trace_path(name: str) -> Path:
-    if name in TRACE_FILES:
-        path = SHARED_TRACES / TRACE_FILES[name]
-        if not path.exists():
-            raise ConfigError(f"trace {name!r} not found at {path}; give a file path instead")
+    """A shipped trace's name (inside the installed package), or a path."""
+    if name in SHIPPED_TRACES:
+        path = shipped_trace(name)
+        if not path.is_file():
+            raise ConfigError(
+                f"the shipped trace {name!r} is missing from the install ({path}); "
+                "reinstall mark, or give a file path instead"
+            )
         return path
     path = Path(name)
     if not path.exists():
@@ -111,18 +118,17 @@ def trace_path(name: str) -> Path:
 
 
 def load_per_second_load(path: Path) -> tuple[FloatArray, float]:
-    """A trace file as expected requests per second, gaps filled; and its Unix epoch."""
+    """A trace file as expected requests per second from its first row, gaps filled;
+    and the Unix time of that row."""
     try:
         if trace_format(path) == "nab":
             hist = load_nab(path)  # per-minute rates (5-minute buckets spread evenly)
             epoch = float(hist.start.astype("datetime64[s]").astype(np.int64))
             return np.repeat(fill_gaps(hist.values), 60).astype(np.float64), epoch
-        counts, missing = per_second_counts(path)
+        trace = read_per_second(path)
     except TraceError as exc:
         raise ConfigError(str(exc)) from exc
-    counts[missing] = np.nan
-    epoch = float(TWITTER_START.astype("datetime64[s]").astype(np.int64))
-    return fill_gaps(counts), epoch
+    return fill_gaps(np.where(trace.missing, np.nan, trace.counts)), trace.epoch
 
 
 def trace_workload(
@@ -147,7 +153,9 @@ def trace_workload(
     if mean_rps is not None:
         mean = float(x[start : start + seconds].mean())
         x = x * (mean_rps / mean) if mean > 0 else x
-    return Workload(Path(name).stem if name not in TRACE_FILES else name, x, epoch, start, seconds)
+    return Workload(
+        Path(name).stem if name not in SHIPPED_TRACES else name, x, epoch, start, seconds
+    )
 
 
 def mmpp_workload(

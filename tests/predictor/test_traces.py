@@ -13,10 +13,11 @@ from predictor.traces import (
     TraceError,
     load_trace,
     minute_max_rates,
+    shipped_trace,
     zero_gap_mask,
 )
 
-TWITTER = Path(__file__).parents[3] / "shared" / "data" / "traces" / "twitter-2021-08-dev.csv.gz"
+TWITTER = shipped_trace("twitter")
 START = np.datetime64("2021-08-01T00:00", "m")
 
 
@@ -87,7 +88,6 @@ def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
         load_trace(tmp_path / "nope.csv")
 
 
-@pytest.mark.skipif(not TWITTER.is_file(), reason="shared Twitter trace not present")
 def test_twitter_daily_gaps_are_missing_minutes() -> None:
     h: History = load_trace(TWITTER)
     assert len(h) == 14 * 1440
@@ -99,10 +99,9 @@ def test_twitter_daily_gaps_are_missing_minutes() -> None:
     assert np.nanmin(h.values) > 30  # no gap leaks through as a near-zero minute
 
 
-NAB = TWITTER.with_name("nab-twitter-aapl.csv")
+NAB = shipped_trace("nab")
 
 
-@pytest.mark.skipif(not NAB.is_file(), reason="shared NAB trace not present")
 def test_nab_outage_buckets_are_missing_minutes() -> None:
     h = load_trace(NAB)
     assert h.start == np.datetime64("2015-02-26T21:42", "m")

@@ -7,17 +7,10 @@ import pytest
 
 from mark.errors import ConfigError
 from mark.sim.workloads import (
-    SHARED_TRACES,
-    TRACE_FILES,
     Workload,
     _scaled,
     surge_workload,
     trace_workload,
-)
-
-needs_twitter = pytest.mark.skipif(
-    not (SHARED_TRACES / TRACE_FILES["twitter"]).exists(),
-    reason="shared traces not beside the project",
 )
 
 
@@ -42,7 +35,6 @@ def test_time_scale_averages_and_rate_scale_multiplies() -> None:
     assert _scaled(x, 1.0, 0.5).tolist() == pytest.approx([1, 1, 3, 3, 5, 5, 7, 7])
 
 
-@needs_twitter
 def test_a_window_past_the_trace_end_is_refused() -> None:
     with pytest.raises(ConfigError, match="cannot simulate"):
         trace_workload("twitter", hours=24, start_day=14)
@@ -50,7 +42,6 @@ def test_a_window_past_the_trace_end_is_refused() -> None:
         trace_workload("/nonexistent.csv", hours=1, start_day=0)
 
 
-@needs_twitter
 def test_twitter_gaps_are_filled_not_zero() -> None:
     w = trace_workload("twitter", hours=1, start_day=0)
     gap = w.per_second[84_700:86_300]  # day 0's archive gap 23:31-23:59
