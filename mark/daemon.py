@@ -39,6 +39,7 @@ from mark.serve.telemetry import Telemetry
 from mark.state import ProfileRecord, SqlStore, open_store
 from mark.world import Agents, Job, World, open_world
 from provisioner.batching import serving_batching
+from provisioner.control_state import MEASURING_ROLES
 
 log = logging.getLogger("mark.daemon")
 
@@ -164,14 +165,16 @@ async def _sync_backends(run: Running) -> None:
             [
                 backend_for(iid, a.instance.instance_type, a.url, a.latency, rt_max_s)
                 for iid, a in agents.agents.items()
-                if a.instance.model == name
+                if a.instance.model == name and a.instance.role.value not in MEASURING_ROLES
             ]
         )
 
 
 async def _store_measured_profiles(run: Running, agents: Agents) -> None:
     """Keep each agent's first profile of its (model, type), measured on that type, and
-    re-rate that model's offerings from it: the planner's capacity is then measured."""
+    re-rate that model's offerings from it: the planner's capacity is then measured.
+    Instances launched only to measure (exploring, ``mark profile --type``) count too;
+    they serve no requests."""
     changed = set()
     now = WallClock().now()
     for a in agents.agents.values():

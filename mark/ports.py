@@ -41,6 +41,8 @@ class InstanceRole(StrEnum):
     SERVING = "serving"  # bought by the planner
     BACKUP = "backup"  # launched by the SLO monitor
     STANDBY = "standby"  # stopped burstable, started on a spot interruption
+    EXPLORE = "explore"  # the control loop measuring an unprofiled type; retired once measured
+    PROFILING = "profiling"  # `mark profile --type`'s instance; no plan, pool or step claims it
 
 
 @dataclass(frozen=True, slots=True)

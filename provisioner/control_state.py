@@ -28,6 +28,10 @@ its liveness probe (still billed, no longer capacity)."""
 SERVING_ROLES = frozenset({"serving", "backup"})
 """Roles the planner counts and may retire: its own and the SLO monitor's backups."""
 
+MEASURING_ROLES = frozenset({"explore", "profiling"})
+"""Roles of instances launched to measure a type's T_b, not to serve: the control loop's
+exploration (``provisioner.explore_step``) and ``mark profile --type``'s instance."""
+
 
 @dataclass(frozen=True)
 class Member:
@@ -37,7 +41,7 @@ class Member:
     model: str
     instance_type: str
     market: str
-    role: str  # "serving", "backup" or "standby"
+    role: str  # "serving", "backup", "standby", "explore" or "profiling"
     state: str  # EC2's names plus "ready"
     launched_at: float
     price_per_hour: float = 0.0
@@ -109,6 +113,8 @@ class ModelControl:
     slo: SloMonitorState = field(default_factory=SloMonitorState)
     hold_standbys_until: float = -math.inf
     """Started standbys are not stopped before this (replacements still booting)."""
+    explored_at: float = -math.inf
+    """When the control loop last launched an instance to measure an unprofiled type."""
 
 
 @dataclass(frozen=True)

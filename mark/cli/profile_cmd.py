@@ -1,41 +1,64 @@
-"""`mark profile`: measure T_b of a configured model on this machine and tune its batching."""
+"""`mark profile`: measure T_b of a configured model and tune its batching, on this
+machine, or (``--type T``, aws world) on one instance of T launched for it."""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
-from mark.cli.context import console, fail, state
+from mark.cli.context import console, err_console, fail, run_async, state
+from mark.config import ModelSpec, Settings
 
 
 def profile(
     ctx: typer.Context,
     model: str | None = typer.Option(None, help="model name (default: the first configured)"),
-    batches: str = typer.Option("1,2,4,8,16,32", help="batch sizes to time"),
-    runs: int = typer.Option(10, min=1, max=1000, help="timed runs per batch size"),
+    batches: str = typer.Option("1,2,4,8,16,32", help="batch sizes to time (this machine)"),
+    runs: int = typer.Option(10, min=1, max=1000, help="timed runs per batch size (this machine)"),
     out: Path | None = typer.Option(None, help="where to write the profile (JSON)"),
     device: str | None = typer.Option(
         None,
         help="auto, cpu or cuda, chosen as an agent chooses (default: the CPU with one thread, "
-        "as the local world's agents run)",
+        "as the local world's agents run; this machine)",
+    ),
+    instance_type: str | None = typer.Option(
+        None,
+        "--type",
+        help="measure on one instance of this type launched for it (world: aws), store the "
+        "profile as measured for the type, terminate the instance",
+    ),
+    timeout: float | None = typer.Option(
+        None,
+        min=1,
+        help="with --type: seconds to wait for the instance's agent (default: the boot "
+        "deadline, timings.boot_deadline_s)",
     ),
 ) -> None:
     """Time real inference for each batch size (warm-up, median of runs) and tune N/W_batch."""
+    settings = state(ctx).settings()
+    spec = settings.model(model or settings.models[0].name)
+    if instance_type is not None:
+        for name in ("batches", "runs", "device"):
+            given = ctx.get_parameter_source(name)
+            if given is not None and given.name == "COMMANDLINE":
+                fail(f"--{name} times this machine; with --type the instance's agent measures")
+        _on_type(settings, spec, instance_type, timeout, out)
+        return
+    if timeout is not None:
+        fail("--timeout applies to --type (the wait for a launched instance's agent)")
     import numpy as np
 
     from bouncer.device import DeviceChoice, DeviceUnavailable, Requested, probe, select_device
     from bouncer.runner import ModelLoadError, ModelRunner
     from mark.control import resolve_source
-    from provisioner.batching import tune_batching
 
-    settings = state(ctx).settings()
-    spec = settings.model(model or settings.models[0].name)
     try:
         sizes = sorted({int(b) for b in batches.split(",")})
     except ValueError:
@@ -67,21 +90,29 @@ def profile(
                 times.append(runner.timed(batch))  # the device synchronized around it
                 bar.advance(task)
             table[b] = float(np.median(times))
-    rt_max_s = spec.slo.rt_max_ms / 1000.0
-    result = {
+    result: dict[str, Any] = {
         "model": spec.name,
         "instance_type": "local",
         "measured_at": time.time(),
         "batch_latency_s": {str(b): t for b, t in table.items()},
     }
-    shown = Table(title=f"{spec.name} on this machine (RT_max {spec.slo.rt_max_ms:g} ms)")
+    _show(spec, table, f"{spec.name} on this machine", result)
+    path = out or settings.data_dir / "profiles" / f"{spec.name}.json"
+    _write(path, result)
+
+
+def _show(spec: ModelSpec, table: dict[int, float], title: str, result: dict[str, Any]) -> None:
+    """Print T_b per batch size and the tuned batching; add the batching to ``result``."""
+    from provisioner.batching import tune_batching
+
+    shown = Table(title=f"{title} (RT_max {spec.slo.rt_max_ms:g} ms)")
     for col in ("batch", "T_b ms", "requests/s"):
         shown.add_column(col, justify="right")
     for b, t in table.items():
         shown.add_row(str(b), f"{t * 1000:.2f}", f"{b / t:.0f}")
     console.print(shown)
     try:
-        cfg = tune_batching(table, rt_max_s)
+        cfg = tune_batching(table, spec.slo.rt_max_ms / 1000.0)
         result["n_batch"], result["w_batch_s"], result["mu_star"] = (
             cfg.n_batch,
             cfg.w_batch_s,
@@ -93,7 +124,79 @@ def profile(
         )
     except ValueError as exc:
         console.print(f"batching: none ({exc})")
-    path = out or settings.data_dir / "profiles" / f"{spec.name}.json"
+
+
+def _write(path: Path, result: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     console.print(f"profile saved to {path}")
+
+
+def _on_type(
+    settings: Settings,
+    spec: ModelSpec,
+    instance_type: str,
+    timeout: float | None,
+    out: Path | None,
+) -> None:
+    """``--type``: check the type, launch one, wait for its agent's profile, store it."""
+    from mark.catalog import Market, load_catalog
+    from mark.cli.profile_type import measure_on_type
+    from mark.control.snapshot import health_config
+    from mark.errors import UnknownOffering
+    from provisioner.accelerators import usable
+
+    if settings.world != "aws":
+        fail(
+            f"--type measures on a launched {instance_type} instance, which needs world: aws "
+            f"(this is the {settings.world} world, whose agents run on this machine and whose "
+            "types are rated by the emulated rule); drop --type to time this machine"
+        )
+    catalog = load_catalog()
+    itype = catalog.types.get(instance_type)
+    if itype is None:
+        fail(f"unknown instance type {instance_type!r}; `mark catalog` lists the known types")
+    offered = [*settings.offerings.types, *settings.offerings.standby_types]
+    if instance_type not in offered:
+        fail(
+            f"{instance_type} is not offered to the planner (offerings.types: "
+            f"{', '.join(settings.offerings.types)}; standby_types: "
+            f"{', '.join(settings.offerings.standby_types) or 'none'}); add it first"
+        )
+    try:
+        catalog.offering(instance_type, Market.ON_DEMAND)
+    except UnknownOffering:
+        fail(f"{instance_type} has no on-demand offering in the catalog ({catalog.region})")
+    ok, why = usable(itype.accelerator.value, spec.neuron_artifact is not None)
+    if not ok:
+        fail(f"{spec.name} cannot use {instance_type}: {why}")
+    wait_s = timeout or health_config(settings, settings.aws.boot_s, 0.0).boot_deadline_s
+    with console.status(f"launching one {instance_type} for {spec.name}") as status:
+        got = run_async(
+            measure_on_type(
+                settings,
+                spec,
+                instance_type,
+                catalog,
+                wait_s,
+                lambda text: status.update(text),
+                warn=lambda text: err_console.print(
+                    f"[bold yellow]warning:[/] {escape(text)}", highlight=False
+                ),
+            )
+        )
+    table = dict(got.latency.points)
+    result: dict[str, Any] = {
+        "model": spec.name,
+        "instance_type": instance_type,
+        "measured_at": time.time(),
+        "batch_latency_s": {str(b): t for b, t in table.items()},
+        "instance_id": got.instance_id,
+    }
+    _show(spec, table, f"{spec.name} on {instance_type}", result)
+    console.print(
+        f"stored as the measured profile of {spec.name} on {instance_type} (measured by the "
+        f"agent on {got.instance_id}, ready {got.ready_after_s:.0f} s after launch; terminated)"
+    )
+    if out is not None:
+        _write(out, result)

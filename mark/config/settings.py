@@ -31,6 +31,7 @@ from mark.config.specs import (
     LocalSpec,
     ModelSpec,
     OfferingsSpec,
+    PlannerSpec,
     PredictorSpec,
     SloMonitorSpec,
     Timings,
@@ -83,6 +84,7 @@ class Settings(BaseSettings):
     timings: Timings = Timings()
     slo_monitor: SloMonitorSpec = SloMonitorSpec()
     predictor: PredictorSpec = PredictorSpec()
+    planner: PlannerSpec = PlannerSpec()
     budget: BudgetSpec = BudgetSpec()
 
     @field_validator("database_url")

@@ -1,5 +1,6 @@
 """The configuration's sections: models and their SLOs, offerings, timings, predictor,
-budget, and the aws and local worlds (``Settings`` in ``mark.config.settings`` holds them).
+planner, budget, and the aws and local worlds (``Settings`` in ``mark.config.settings``
+holds them).
 
 Every value is validated when loaded, so a typo fails at start-up with a message
 that names the field, the value and what is allowed. Names follow the paper's
@@ -222,6 +223,27 @@ class PredictorSpec(_Strict):
         except Exception as exc:
             raise ValueError(str(exc)) from None
         return v
+
+
+class ExploreSpec(_Strict):
+    """Measuring offering types no profile rates: the control loop launches one instance of
+    such a type, its agent times the model, and the type is planned from then on."""
+
+    max_concurrent: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="exploring instances in the cluster at once (within the spend rails); 0: off",
+    )
+    interval_s: float = Field(
+        default=3600.0, gt=0, description="at least this long between two explorations of a model"
+    )
+
+
+class PlannerSpec(_Strict):
+    """What the planner may do beyond buying rated offerings."""
+
+    explore_unprofiled: ExploreSpec = ExploreSpec()
 
 
 class BudgetSpec(_Strict):

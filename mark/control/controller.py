@@ -21,8 +21,16 @@ from mark.control.adopt import adopt_fleet
 from mark.control.history import LoadHistory, cold_start_forecaster
 from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
-from mark.control.snapshot import health_config, monitor_config, snapshot, step_config
+from mark.control.snapshot import (
+    explore_candidates,
+    explore_config,
+    health_config,
+    monitor_config,
+    snapshot,
+    step_config,
+)
 from mark.control.step_runner import (
+    Exploration,
     StepResult,
     launch_backups,
     run_health_step,
@@ -83,6 +91,9 @@ class Controller:
         self.unavailable_ttl_s = unavailable_ttl_s
         self.fixed_hourly = fixed_hourly
         self.state = ControlState()
+        self.exploration = Exploration(
+            explore_config(settings), explore_candidates(settings, self.catalog)
+        )
         t = settings.timings
         self._parts = _Parts(
             LoadHistory(
@@ -178,6 +189,7 @@ class Controller:
                 self._parts.recorder,
                 self._parts.reconciler,
                 facts,
+                self.exploration,
             )
             out.append(result)
         return out

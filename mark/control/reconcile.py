@@ -108,7 +108,12 @@ class Reconciler:
                 out.failed += 1
                 continue
             out.got.extend(got)
-            action = {"serving": "launch", "backup": "backup", "standby": "launch-standby"}[a.role]
+            action = {
+                "serving": "launch",
+                "backup": "backup",
+                "standby": "launch-standby",
+                "explore": "explore",
+            }[a.role]
             count = len(got) if role is InstanceRole.STANDBY else a.count
             out.notes.append(Note(action, a.reason, a.instance_type, a.market, count))
         return out

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from mark.catalog import Catalog
 from mark.config import ModelSpec, Settings
+from mark.errors import UnknownOffering
 from mark.ports import InstanceInfo
 from provisioner.control_state import Member, Snapshot, StepConfig
+from provisioner.explore_step import Candidate, ExploreConfig
 from provisioner.forecast_sanity import ForecastBounds
 from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
@@ -73,6 +76,26 @@ def health_config(settings: Settings, boot_s: float, avoid_s: float) -> HealthCo
         unhealthy_after_s=t.unhealthy_after_s,
         avoid_s=avoid_s,
     )
+
+
+def explore_config(settings: Settings) -> ExploreConfig:
+    spec = settings.planner.explore_unprofiled
+    return ExploreConfig(spec.max_concurrent, spec.interval_s)
+
+
+def explore_candidates(settings: Settings, catalog: Catalog) -> list[Candidate]:
+    """Every configured offering (type × market) the catalog prices, with its accelerator."""
+    out = []
+    for t in settings.offerings.types:
+        itype = catalog.types.get(t)
+        for market in settings.offerings.markets:
+            try:
+                price = catalog.offering(t, market).price_per_hour
+            except UnknownOffering:
+                continue
+            if itype is not None:
+                out.append(Candidate(t, market.value, itype.accelerator.value, price))
+    return out
 
 
 def monitor_config(settings: Settings, spec: ModelSpec) -> SloMonitorConfig:

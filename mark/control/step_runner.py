@@ -1,6 +1,7 @@
 """One model's planning step, carried out: forecast, ``plan_step``, launches (re-planning
-without an offering that ran out of capacity), retirements, the standby pool, the plan
-recorded. The decisions are all pure steps; this is their order and their effects."""
+without an offering that ran out of capacity), retirements, exploration of unprofiled
+types, the standby pool, the plan recorded. The decisions are all pure steps; this is
+their order and their effects."""
 
 from __future__ import annotations
 
@@ -13,14 +14,23 @@ from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
 from mark.control.snapshot import members, snapshot
 from mark.errors import CloudError
-from mark.ports import InstanceInfo, InstanceState
+from mark.ports import InstanceInfo, InstanceRole, InstanceState
 from mark.state.records import PlanRecord
 from provisioner.control_state import ControlState, Note, Snapshot, StepConfig
+from provisioner.explore_step import Candidate, ExploreConfig, explore_step
 from provisioner.greedy import NoFeasibleOption, PlannerOption
 from provisioner.health_step import HealthConfig, HealthFact, health_step, with_readiness
 from provisioner.slo_monitor import BackupLaunch, SloMonitorConfig
 from provisioner.standby_step import InterruptionStep, standby_pool_step
 from provisioner.step import PlanStep, avoid_offering, backup_launch, plan_step, retirements
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """What exploring unprofiled types needs from the configuration and the catalog."""
+
+    config: ExploreConfig
+    candidates: Sequence[Candidate]
 
 
 @dataclass
@@ -49,11 +59,13 @@ async def run_plan_step(
     recorder: Recorder,
     reconciler: Reconciler,
     facts: Mapping[str, HealthFact] | None = None,
+    exploration: Exploration | None = None,
 ) -> tuple[StepResult, ControlState]:
     """Plan and act for one model; returns what happened and the next control state.
 
     With ``facts`` (the agents' health), an instance counts as ready only once its
-    agent said so, and one failing its probe is not counted as capacity.
+    agent said so, and one failing its probe is not counted as capacity. With
+    ``exploration``, an unprofiled offering type may be measured (``explore_step``).
     """
     model = spec.name
     live = [i for i in everything if i.state in LIVE]
@@ -104,13 +116,32 @@ async def run_plan_step(
         notes.append(held_note)
     counted = {m.instance_id for m in result.counted}
     infos = {i.instance_id: i for i in everything}
+    gone: set[str] = set()
     if retire:
         error = await reconciler.terminate(retire)
         if error is None:
             notes += [Note("retire", "cool-down over", instance_id=iid) for iid in retire]
             await recorder.bill_retired(model, retire, [infos[i] for i in retire], now)
+            gone.update(retire)
         else:
             notes.append(Note("retire-failed", error))
+    if exploration is not None:
+        after = {i.instance_id: i for i in [*everything, *launched] if i.instance_id not in gone}
+        explored, state = await _explore(
+            spec,
+            _ready(
+                snapshot(model, now, list(after.values()), price, options, (), 0.0, fixed_hourly),
+                facts,
+            ),
+            state,
+            cfg,
+            exploration,
+            {*sources, *(o.instance_type for o in options)},
+            after,
+            recorder,
+            reconciler,
+        )
+        notes += explored
     serving = [*(infos[i] for i in counted if i in infos), *launched]
     notes += await _standbys(
         snapshot(model, now, everything, price, options, result.forecast, peak, fixed_hourly),
@@ -170,7 +201,9 @@ async def run_health_step(
     """Terminate what never got ready or stopped serving (the plan then replaces it);
     whether anything was terminated, and the next state."""
     facts, since = view
-    snap = snapshot(model, now, everything, price, ())
+    # `mark profile --type`'s instance is the command's to end, whatever its health.
+    mine = [i for i in everything if i.role is not InstanceRole.PROFILING]
+    snap = snapshot(model, now, mine, price, ())
     change, notes, state = health_step(snap, state, facts, cfg, since)
     if change is not None:
         error = await reconciler.terminate(change.instance_ids)
@@ -228,6 +261,47 @@ async def launch_backups(
         got, notes = done.got, [*notes, *done.notes]
     await recorder.record(snap.model, snap.now, notes)
     return [i.instance_id for i in got]
+
+
+async def _explore(
+    spec: ModelSpec,
+    snap: Snapshot,
+    state: ControlState,
+    cfg: StepConfig,
+    exploration: Exploration,
+    profiled: set[str],
+    infos: Mapping[str, InstanceInfo],
+    recorder: Recorder,
+    reconciler: Reconciler,
+) -> tuple[list[Note], ControlState]:
+    """Retire exploring instances that measured their type; launch one for an unprofiled
+    type when ``explore_step`` says so."""
+    now = snap.now
+    step = explore_step(
+        snap,
+        state,
+        cfg,
+        exploration.config,
+        exploration.candidates,
+        profiled,
+        spec.neuron_artifact is not None,
+    )
+    notes, state = list(step.notes), step.state
+    if step.retire is not None:
+        ids = step.retire.instance_ids
+        error = await reconciler.terminate(ids)
+        if error is None:
+            await recorder.bill_retired(spec.name, ids, [infos[i] for i in ids], now)
+        else:
+            notes = [n for n in notes if n.action != "explore-done"]
+            notes.append(Note("retire-failed", error))
+    if step.launch is not None:
+        done = await reconciler.launch([step.launch], list(infos.values()), now)
+        await recorder.launched(done.got, now, "explore")
+        notes += done.notes
+        if done.out_of_capacity is not None:
+            state = avoid_offering(state, done.out_of_capacity, now, cfg.unavailable_ttl_s)
+    return notes, state
 
 
 def _ready(snap: Snapshot, facts: Mapping[str, HealthFact] | None) -> Snapshot:

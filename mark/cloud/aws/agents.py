@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import aiohttp
 
@@ -78,16 +79,10 @@ class AgentDirectory:
     async def _health(self, inst: InstanceInfo) -> RemoteAgent | None:
         assert self._session is not None
         url = f"http://{inst.address}:{self.port}"
-        try:
-            async with self._session.get(f"{url}/health") as r:
-                if r.status != 200:
-                    return None
-                body = await r.json()
-            latency = BatchLatency.from_mapping(
-                {int(b): float(t) for b, t in body["batch_latency_s"]}
-            )
-        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+        answer = await ready_agent(self._session, url)
+        if answer is None:
             return None  # not up yet, or gone: not a backend this round
+        latency, body = answer
         action = body.get("spot_action")
         if isinstance(action, dict) and inst.instance_id not in self._noticed:
             self._noticed.add(inst.instance_id)
@@ -118,6 +113,22 @@ class AgentDirectory:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def ready_agent(
+    session: aiohttp.ClientSession, url: str
+) -> tuple[BatchLatency, dict[str, Any]] | None:
+    """The T_b an agent at ``url`` measured on its instance, and its ``/health`` body, once
+    it is ready (model loaded, warmed, profiled); None while it is not, or is gone."""
+    try:
+        async with session.get(f"{url}/health") as r:
+            if r.status != 200:
+                return None
+            body = await r.json()
+        latency = BatchLatency.from_mapping({int(b): float(t) for b, t in body["batch_latency_s"]})
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+        return None
+    return latency, body
 
 
 def _time(value: object) -> float | None:

@@ -37,6 +37,23 @@ log = logging.getLogger("mark.aws")
 _LIVE = {InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY}
 
 
+def worker_fleet(settings: Settings) -> AwsFleet:
+    """The cluster's EC2 fleet, launching through the stack's worker launch template
+    (not yet opened); ``ConfigError`` if no template is configured."""
+    aws = settings.aws
+    if aws.launch_template_id is None and aws.launch_template_name is None:
+        raise ConfigError(
+            "world 'aws' needs aws.launch_template_id (the stack's WorkerLaunchTemplateId) "
+            "or aws.launch_template_name"
+        )
+    template = LaunchTemplateRef(
+        name=aws.launch_template_name,
+        id=aws.launch_template_id,
+        version=aws.launch_template_version,
+    )
+    return AwsFleet(aws.region, aws.endpoint_url, aws.cluster, template, subnet_ids=aws.subnet_ids)
+
+
 @dataclass
 class AwsWorld:
     settings: Settings
@@ -53,19 +70,7 @@ class AwsWorld:
 
     async def start(self) -> None:
         aws = self.settings.aws
-        if aws.launch_template_id is None and aws.launch_template_name is None:
-            raise ConfigError(
-                "world 'aws' needs aws.launch_template_id (the stack's WorkerLaunchTemplateId) "
-                "or aws.launch_template_name"
-            )
-        template = LaunchTemplateRef(
-            name=aws.launch_template_name,
-            id=aws.launch_template_id,
-            version=aws.launch_template_version,
-        )
-        self.fleet = AwsFleet(
-            aws.region, aws.endpoint_url, aws.cluster, template, subnet_ids=aws.subnet_ids
-        )
+        self.fleet = worker_fleet(self.settings)
         await self.fleet.open()
         self.agents = AgentDirectory(
             self.fleet,
