@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MARK=".venv/bin/mark"
-$MARK simulate --trace mmpp --hours 4 --model inception-v3 --policies mark,sagemaker,optimal \
+$MARK simulate --trace mmpp --hours 4 --model inception-v3 --policies mark,sagemaker,clairvoyant \
   --predictor lstm --format csv --out experiments/fig8/mmpp | tee experiments/fig8/mmpp.csv

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from mark.cli.context import console, err_console, run_async, state
 from mark.errors import ConfigError
+from mark.sim.bound import Bound
 from mark.sim.compare import compare, train_forecaster
 from mark.sim.models import PAPER_MODELS, paper_model
 from mark.sim.policies import POLICIES, parse_policies
@@ -87,6 +88,8 @@ def _table(results: list[PolicyResult], title: str) -> Table:
         "p99 ms",
         "spilled",
         "failed",
+        "bound $",
+        "cost / bound",
         "instance-hours",
     ):
         t.add_column(col, justify="left" if col in ("policy", "instance-hours") else "right")
@@ -105,9 +108,55 @@ def _table(results: list[PolicyResult], title: str) -> Table:
             f"{r.p99_ms:.0f}",
             str(r.spilled),
             str(r.failed),
+            "–" if r.bound is None else f"{r.bound.value:.2f}",
+            _ratio_cell(r),
             ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.instance_hours.items())),
         )
     return t
+
+
+def _ratio_cell(r: PolicyResult) -> str:
+    ratio = r.cost_over_bound
+    if ratio is None:
+        return "–"
+    return f"{ratio:.2f}×" + (" †" if r.bound_own is not None else "")
+
+
+def _bound_notes(results: list[PolicyResult], sl_min: float) -> list[str]:
+    """One line per distinct bound, then one per run that missed its SLO († in the table)."""
+    lines = []
+    for bound, names in _distinct_bounds(results):
+        b = bound
+        lines.append(
+            f"bound ${b.value:.2f} for {', '.join(names)} ({'+'.join(b.markets)}): no run in "
+            f"these markets meeting SL_min {sl_min:.0%} can cost less; the LP buys "
+            f"{', '.join(f'{k} {v:.1f} h' for k, v in sorted(b.instance_hours.items())) or 'none'}"
+            f", {b.lambda_requests:,.0f} on Lambda, misses {b.missed:,.0f} of "
+            f"{b.miss_budget:,} allowed"
+        )
+    for r in results:
+        if r.bound_own is not None and r.bound is not None:
+            lines.append(
+                f"† {r.policy} missed SL_min ({r.within_slo:.2%} within RT_max), so the "
+                f"bound is not one for it; at its own {r.missed:,} misses it is "
+                f"${r.bound_own.value:.2f}, cost / that = {r.cost_over_bound_own or 0:.2f}×"
+            )
+    return lines
+
+
+def _distinct_bounds(results: list[PolicyResult]) -> list[tuple[Bound, list[str]]]:
+    """Each distinct bound object (shared by identity) with the policies it bounds."""
+    out: list[tuple[Bound, list[str]]] = []
+    for r in results:
+        if r.bound is None:
+            continue
+        for bound, names in out:
+            if bound is r.bound:
+                names.append(r.policy)
+                break
+        else:
+            out.append((r.bound, [r.policy]))
+    return out
 
 
 def _csv(results: list[PolicyResult]) -> str:
@@ -143,7 +192,7 @@ def simulate(
         "inception-v3", "--model", "-m", help=f"profiled model: {', '.join(PAPER_MODELS)}"
     ),
     policies: str = typer.Option(
-        "mark,mark-spot,sagemaker,optimal",
+        "mark,mark-spot,sagemaker,clairvoyant",
         "--policies",
         "-p",
         help=f"comma-separated; known: {', '.join(POLICIES)}",
@@ -177,10 +226,12 @@ def simulate(
     controller, planner, Bouncer and SLO monitor on virtual time against a simulated
     EC2 and Lambda (EC2 billed per second with a 60 s minimum; Lambda per ms and GB).
     Latencies come from the paper's published profiles (see mark/sim/models.py).
+    Beside each policy stands the lower bound on what any run of the same arrivals in
+    its markets that meets the SLO costs (mark/sim/bound.py), and cost / bound.
     """
     if fmt not in ("table", "json", "csv"):
         raise ConfigError(f"--format {fmt!r}: use table, json or csv")
-    chosen = parse_policies(policies)
+    chosen = parse_policies(policies, note=lambda msg: err_console.print(f"note: {msg}"))
     sim_model = paper_model(model)
     if sagemaker_type is not None and sagemaker_type not in sim_model.latency:
         raise ConfigError(
@@ -253,6 +304,9 @@ def simulate(
         "predictor": predictor if needs_forecast else None,
         "seed": seed,
         "results": [r.row() for r in results],
+        "bounds": [
+            {"policies": names, **bound.summary()} for bound, names in _distinct_bounds(results)
+        ],
         "simulation_seconds": {r.policy: r.extra.get("wall_s") for r in results},
         "notes": list(sim_model.notes),
     }
@@ -285,5 +339,7 @@ def simulate(
                         f"sagemaker / {r.policy}: {base.total_cost / r.total_cost:.2f}× "
                         f"(within RT_max: {r.within_slo:.2%} vs {base.within_slo:.2%})"
                     )
+        for line in _bound_notes(results, sim_model.sl_min):
+            console.print(line)
         for note in sim_model.notes:
             console.print(f"[dim]{note}[/]")

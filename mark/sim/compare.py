@@ -4,6 +4,10 @@ Every policy sees the very same request arrival times (one seeded draw) and,
 where it forecasts, the same forecaster trained once on the history before
 the simulated window. Training is cached on disk by what it was trained on,
 so a second comparison on the same trace starts at once.
+
+Each result carries the whole-system lower bound (``mark.sim.bound``) on the
+same arrivals, computed once per set of offerings the policies may buy (their
+markets, and standbys where they keep them) and shared among them.
 """
 
 from __future__ import annotations
@@ -11,10 +15,13 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from mark.catalog import Catalog
+from mark.sim.bound import Bound, window_bound
 from mark.sim.models import SimModel
 from mark.sim.policies import Policy
 from mark.sim.results import PolicyResult
@@ -54,6 +61,52 @@ def train_forecaster(
     return model
 
 
+BoundKey = tuple[tuple[str, ...], tuple[str, ...]]  # markets, standby types
+
+
+def bound_key(policy: Policy, cfg: SimConfig) -> BoundKey:
+    """What decides a policy's bound: the offerings it may buy."""
+    return tuple(sorted(policy.markets)), (cfg.standby_type,) if policy.standbys else ()
+
+
+def policy_bound(
+    result: PolicyResult,
+    policy: Policy,
+    *,
+    workload: Workload,
+    model: SimModel,
+    cfg: SimConfig,
+    arrivals: np.ndarray,
+    catalog: Catalog,
+    cache: dict[BoundKey, Bound] | None = None,
+) -> PolicyResult:
+    """``result`` with its bound (from ``cache`` when this set of offerings has one) and,
+    if it missed more than its SLO allows, the bound at its own misses."""
+    key = bound_key(policy, cfg)
+
+    def solve(misses: int | None = None) -> Bound:
+        return window_bound(
+            model,
+            catalog,
+            arrivals,
+            t0=workload.t0,
+            seconds=workload.seconds,
+            markets=key[0],
+            standby_types=key[1],
+            lambda_memory_mb=cfg.lambda_memory_mb,
+            lambda_concurrency=cfg.lambda_concurrency,
+            misses=misses,
+            slot_s=cfg.bound_slot_s,
+        )
+
+    cache = {} if cache is None else cache
+    if key not in cache:
+        cache[key] = solve()
+    bound = cache[key]
+    own = solve(result.missed) if result.missed > bound.miss_budget else None
+    return replace(result, bound=bound, bound_own=own)
+
+
 async def compare(
     workload: Workload,
     model: SimModel,
@@ -66,6 +119,7 @@ async def compare(
     begin = int(workload.start - cfg.warmup_s)
     arrivals = workload.arrivals(begin, workload.end, cfg.seed)
     out = []
+    bounds: dict[BoundKey, Bound] = {}
     for p in policies:
         progress = (lambda f, name=p.name: on_progress(name, f)) if on_progress else None
         sim = Simulation(
@@ -74,5 +128,16 @@ async def compare(
         t = time.perf_counter()
         result = await sim.run()
         result.extra["wall_s"] = round(time.perf_counter() - t, 2)  # type: ignore[index]
-        out.append(result)
+        out.append(
+            policy_bound(
+                result,
+                p,
+                workload=workload,
+                model=model,
+                cfg=cfg,
+                arrivals=arrivals,
+                catalog=sim.world.catalog,
+                cache=bounds,
+            )
+        )
     return out

@@ -6,17 +6,23 @@ The ablations take one part away from ``mark-spot``; ``mark`` itself is the
 "no spot" ablation. ``reactive`` has no forecast (it plans for the load just
 seen) and no Lambda, only the SLO monitor to catch up. ``sagemaker`` is AWS
 target tracking on one instance type with the paper's 2× over-provisioning;
-``optimal`` is the clairvoyant MILP schedule on the true future load.
+``clairvoyant`` is an instance-only clairvoyant schedule (the MILP on the true
+future load's per-minute peaks; served with the Bouncer, which spills to Lambda
+what its instances cannot finish in time). It is not a lower bound: that is
+``mark.sim.bound``, reported beside every policy. ``optimal`` and
+``optimal-spot``, its former names, are still accepted, with a note.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from mark.errors import ConfigError
 
-Kind = Literal["mark", "sagemaker", "optimal"]
+Kind = Literal["mark", "sagemaker", "clairvoyant"]
 
 
 @dataclass(frozen=True)
@@ -82,24 +88,40 @@ POLICIES: dict[str, Policy] = {
             description="mark-spot planning for the load just seen",
         ),
         Policy(
-            "optimal",
-            "optimal",
-            description="clairvoyant MILP on the true load, on-demand (a lower bound for mark)",
+            "clairvoyant",
+            "clairvoyant",
+            description="instance-only clairvoyant schedule: the MILP covering each minute's "
+            "true peak with instances, on-demand (not a lower bound; see the bound)",
         ),
         Policy(
-            "optimal-spot",
-            "optimal",
+            "clairvoyant-spot",
+            "clairvoyant",
             markets=("on-demand", "spot"),
-            description="clairvoyant MILP on the true load, with spot",
+            description="instance-only clairvoyant schedule, with spot",
         ),
     )
 }
 
+# Former names, still accepted: each is resolved with a deprecation note.
+ALIASES: dict[str, str] = {"optimal": "clairvoyant", "optimal-spot": "clairvoyant-spot"}
 
-def parse_policies(text: str) -> list[Policy]:
+
+def parse_policies(text: str, note: Callable[[str], None] | None = None) -> list[Policy]:
+    """The policies named in ``text`` (comma-separated), in order, each once. A former
+    name (``ALIASES``) is resolved and ``note`` told (a ``DeprecationWarning`` if None)."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise ConfigError("no policy given")
+    for old in dict.fromkeys(n for n in names if n in ALIASES):
+        msg = (
+            f"policy {old!r} is now {ALIASES[old]!r} (an instance-only clairvoyant schedule, "
+            "not a lower bound); the old name will go"
+        )
+        if note is not None:
+            note(msg)
+        else:
+            warnings.warn(msg, DeprecationWarning, stacklevel=2)
+    names = [ALIASES.get(n, n) for n in names]
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise ConfigError(

@@ -5,6 +5,11 @@ service is the fraction of requests answered within RT_max (failed requests
 count as misses), latency percentiles over every request, and how many
 went to Lambda. The CCDF is kept as a few hundred points so the plot and the
 JSON stay small however many requests were simulated.
+
+Beside each policy's cost stands the whole-system lower bound of its window
+and markets (``mark.sim.bound``) and ``cost / bound``; a run that missed more
+than its SLO allows also gets the bound at its own misses, the one that
+bounds what it paid.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from mark.sim.bound import Bound
 
 CCDF_POINTS = 400
 
@@ -43,10 +50,29 @@ class PolicyResult:
     extra: Mapping[str, Any] = field(default_factory=dict)
     per_minute: Sequence[tuple[float, int, float, float]] = field(default=(), repr=False)
     """(minute start, requests, p99 ms, share within RT_max) for latency over time."""
+    bound: Bound | None = field(default=None, repr=False)
+    """The lower bound on the cost of any run of this window in the policy's markets that
+    meets the SLO (shared by the policies with the same markets)."""
+    bound_own: Bound | None = field(default=None, repr=False)
+    """When this run missed more than the SLO allows: the bound with its own misses as
+    the budget, the one that bounds its cost."""
 
     @property
     def total_cost(self) -> float:
         return float(sum(self.costs.values()))
+
+    @property
+    def missed(self) -> int:
+        """Requests not answered within RT_max (late, failed or never served)."""
+        return self.requests - round(self.within_slo * self.requests)
+
+    @property
+    def cost_over_bound(self) -> float | None:
+        return _ratio(self.total_cost, self.bound)
+
+    @property
+    def cost_over_bound_own(self) -> float | None:
+        return _ratio(self.total_cost, self.bound_own)
 
     @property
     def ec2_cost(self) -> float:
@@ -72,8 +98,21 @@ class PolicyResult:
             "spilled": self.spilled,
             "failed": self.failed,
             "instance_hours": {k: round(v, 3) for k, v in sorted(self.instance_hours.items())},
+            **self._bound_row(),
             **{k: v for k, v in self.extra.items()},
         }
+
+    def _bound_row(self) -> dict[str, Any]:
+        if self.bound is None:
+            return {}
+        row: dict[str, Any] = {
+            "bound": _round(self.bound.value, 4),
+            "cost_over_bound": _round(self.cost_over_bound, 3),
+        }
+        if self.bound_own is not None:
+            row["bound_own_misses"] = _round(self.bound_own.value, 4)
+            row["cost_over_bound_own_misses"] = _round(self.cost_over_bound_own, 3)
+        return row
 
     def to_json(self) -> dict[str, Any]:
         d = self.row()
@@ -81,6 +120,18 @@ class PolicyResult:
         d["timeline"] = [list(r) for r in self.timeline]
         d["per_minute"] = [list(r) for r in self.per_minute]
         return d
+
+
+def _ratio(cost: float, bound: Bound | None) -> float | None:
+    if bound is None or not math.isfinite(bound.value):
+        return None
+    if bound.value <= 0:
+        return math.inf if cost > 0 else 1.0
+    return cost / bound.value
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, digits)
 
 
 def _ccdf(lat_ms: NDArray[np.float64]) -> list[tuple[float, float]]:

@@ -4,7 +4,8 @@
 the driver of the policy's kind:
 
 - ``mark`` — the daemon's ``Controller`` (``mark.sim.drive_mark``);
-- ``optimal`` — the clairvoyant MILP schedule (``mark.sim.drive_optimal``);
+- ``clairvoyant`` — the instance-only clairvoyant MILP schedule
+  (``mark.sim.drive_clairvoyant``);
 - ``sagemaker`` — target tracking on one type (``mark.sim.drive_sagemaker``).
 
 Each driver advances the world with ``mark.sim.loop.run_loop``; the world
@@ -18,8 +19,8 @@ from numpy.typing import NDArray
 
 from mark.catalog import Catalog
 from mark.ports import Store
+from mark.sim.drive_clairvoyant import FLEET_BOOT_S, drive_clairvoyant
 from mark.sim.drive_mark import drive_mark
-from mark.sim.drive_optimal import FLEET_BOOT_S, drive_optimal
 from mark.sim.drive_sagemaker import drive_sagemaker
 from mark.sim.models import SimModel
 from mark.sim.policies import Policy
@@ -58,7 +59,7 @@ class Simulation:
             catalog=catalog,
             progress=progress,
             store=store,
-            fleet_boot_s=FLEET_BOOT_S if policy.kind == "optimal" else None,
+            fleet_boot_s=FLEET_BOOT_S if policy.kind == "clairvoyant" else None,
         )
 
     @property
@@ -68,8 +69,8 @@ class Simulation:
     async def run(self) -> PolicyResult:
         if self.policy.kind == "mark":
             extra = await drive_mark(self.world, self.forecaster)
-        elif self.policy.kind == "optimal":
-            extra = await drive_optimal(self.world)
+        elif self.policy.kind == "clairvoyant":
+            extra = await drive_clairvoyant(self.world)
         else:
             extra = await drive_sagemaker(self.world)
         return self.world.result(extra)

@@ -67,6 +67,7 @@ class SimConfig:
     max_instances: int = 200
     milp_time_limit_s: float = 60.0
     history_minutes: int = 1500
+    bound_slot_s: float = 5.0  # the lower bound's slot (mark.sim.bound); divides 60 s
 
 
 @dataclass

@@ -158,8 +158,17 @@ def test_simulate_cli_prints_json_and_writes_plots(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    assert [r["policy"] for r in doc["results"]] == ["sagemaker", "no-prediction", "optimal"]
+    # "optimal" is the former name of "clairvoyant": accepted, with a note.
+    assert [r["policy"] for r in doc["results"]] == ["sagemaker", "no-prediction", "clairvoyant"]
+    assert "'optimal' is now 'clairvoyant'" in done.stderr
     assert all(r["requests"] == doc["results"][0]["requests"] > 10_000 for r in doc["results"])
+    # Each policy stands beside the lower bound of its markets, computed once per markets.
+    assert all(r["cost_total"] >= r["bound"] > 0 for r in doc["results"])
+    assert all(r["cost_over_bound"] >= 1.0 for r in doc["results"])
+    assert sorted(tuple(b["markets"]) for b in doc["bounds"]) == [
+        ("on-demand",),
+        ("on-demand", "spot"),
+    ]
     for name in ("results.json", "results.csv", "cost.png", "latency-ccdf.png", "fleet.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
 

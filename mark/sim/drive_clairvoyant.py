@@ -1,11 +1,16 @@
-"""The ``optimal`` policies in the simulator: the clairvoyant MILP schedule.
+"""The ``clairvoyant`` policies in the simulator: an instance-only clairvoyant schedule.
 
 The MILP (``provisioner.milp.solve_min_cost``) sees the true future load, the
 per-minute peak of the arrivals themselves, and returns the cheapest count of
 each option per minute that covers it; the driver then holds exactly those
 counts, launching and terminating at each minute. Its world boots instances
-at once (``FLEET_BOOT_S``), so the schedule is a lower bound on what any
-policy that must wait for a boot can pay.
+at once (``FLEET_BOOT_S``).
+
+It is a schedule, not a lower bound: it covers each minute's peak 5-second
+rate with the planner's per-instance capacities, uses no Lambda and no miss
+budget, and stops at a time limit. A policy can cost less. The lower bound
+on every policy's cost is ``mark.sim.bound``. (``optimal``/``optimal-spot``
+are accepted aliases of these policies' names.)
 """
 
 from __future__ import annotations
@@ -18,11 +23,11 @@ from mark.sim.loop import PolicyEvents, run_loop
 from mark.sim.world import Extra, SimWorld
 from provisioner.milp import solve_min_cost
 
-FLEET_BOOT_S = 0.0  # launch → serving in the optimal policy's world
+FLEET_BOOT_S = 0.0  # launch → serving in the clairvoyant policy's world
 STEP_S = 60.0
 
 
-async def drive_optimal(world: SimWorld) -> Extra:
+async def drive_clairvoyant(world: SimWorld) -> Extra:
     """Solve the MILP on the world's true load and follow its schedule minute by minute."""
     plan = solve_min_cost(
         world.true_load(STEP_S),

@@ -1,0 +1,488 @@
+"""A lower bound on what any policy pays to serve a simulated window within its SLO.
+
+The ``clairvoyant`` policies are a schedule, not a bound: they cover every
+minute's peak with instances only. This module computes, on the very arrivals
+the policies see, a linear program whose optimum no schedule of the simulated
+world can beat, whatever it forecasts, boots, batches or spills.
+
+The world, as the simulator prices it (``SimWorld.result``)
+------------------------------------------------------------
+- A policy's cost is every EC2 run clipped to the measured window
+  ``[t0, t_end)``, each clipped run billed ``max(60 s, its length)`` at its
+  offering's price (the catalog's on-demand or spot price; standbys at the
+  on-demand price of their type), plus the Lambda charges of invocations made
+  from ``t0`` on. The warm-up is not counted.
+- An instance serves batches one after another (the Bouncer's ``Backlog``); a
+  batch of ``n`` takes ``T_n`` from the model's profile, and ``n`` is at most
+  ``max(PROFILE_BATCHES)`` (``serving_batching`` only picks from those sizes).
+  A request is within the SLO when it is answered within RT_max of arriving.
+- Lambda runs a chunk of ``k`` requests for ``k·T_1``, at most ``concurrency``
+  environments at once, and bills each chunk ``ceil(ms)·GB`` plus a fee per
+  request.
+- The SLO: at least SL_min of the window's requests answered within RT_max,
+  i.e. at most ``(1 − SL_min)·N`` missed.
+
+The linear program
+------------------
+Time from ``t0`` is cut into slots of ``δ`` seconds (``δ`` divides 60; default
+5 s, the telemetry window), ``k = 60/δ``, ``h = ceil(RT_max/δ)``, and ``A_w``
+requests arrive in slot ``w`` (``w < W``). ``μ_o`` is offering ``o``'s best
+SLO-feasible rate ``max_n {n/T_n : T_n ≤ RT_max}``; ``κ = 1 + RT_max/60``.
+Variables, all continuous and ≥ 0:
+
+- ``n[o,u]`` mean instances of ``o`` running in slot ``u``; ``a[o,u] + b[o,u]``
+  runs of ``o`` started in slot ``u`` (split: the share of each start's slot
+  after it, ``a``, and before it, ``b``); ``p[o,u]`` mean instances billed in
+  slot ``u``; for ``u < W + k``;
+- ``x[w,j]``, ``y[w,j]`` requests of slot ``w`` answered within RT_max by
+  instances, by Lambda, with the work done in slot ``w + j`` (``j ≤ h``);
+  ``m[w]`` requests of slot ``w`` missed.
+
+    minimise  Σ_o price_o·δ/(3600·κ)·Σ_u p[o,u]  +  c_λ·Σ y
+    s.t.  Σ_j x[w,j] + Σ_j y[w,j] + m[w] = A_w                   every w < W
+          Σ_w m[w] ≤ M = floor((1 − SL_min)·N)
+          Σ_j x[v−j,j] ≤ δ·Σ_o μ_o·n[o,v]                        every slot v
+          Σ_j y[v−j,j] ≤ δ·C/T_λ  (y ≡ 0 unless T_λ ≤ RT_max)     every slot v
+          n[o,u] − n[o,u−1] ≤ a[o,u] + b[o,u−1]                  (runs start to grow)
+          p[o,u] ≥ n[o,u]                                        (running is billed)
+          p[o,u] ≥ a[o,u] + Σ_{u−k<u'<u} (a+b)[o,u'] + b[o,u−k]  (60 s minimum)
+
+Why it is a lower bound (for any schedule meeting the SLO)
+----------------------------------------------------------
+Take any simulated run that meets the SLO and read the LP's variables off it.
+Extend each clipped EC2 run ``[s, e)`` to ``[s, e + RT_max)``: a batch that
+holds a request of the window answered in time starts at or after the
+request's arrival (≥ ``t0``, ≥ ``s``) and ends within RT_max of it, so before
+``e + RT_max`` (it may have been dispatched before ``e`` and run after); a
+run clipped to nothing (ended by ``t0``) serves no request of the window. Let
+``R_o(τ)`` count the extended runs of ``o`` at time ``τ`` and ``B_o(τ)`` the
+runs whose window ``[s, s + max(60, e − s + RT_max))`` holds ``τ``. Set
+``n = ∫_slot R/δ``, ``p = ∫_slot B/δ``, and for a run starting at offset ``ξ``
+into its slot add ``(δ−ξ)/δ`` to ``a`` and ``ξ/δ`` to ``b``. Then:
+
+1. *Cost.* A run billed ``max(60, L)`` has ``max(60, L + RT_max) ≤ κ·max(60, L)``,
+   so the EC2 bill is ≥ ``Σ price·∫B/(3600κ)`` = the LP's first term. A Lambda
+   request costs at least ``c_λ = T_λ·GB·rate + fee`` (ceil only adds).
+2. *Capacity.* Give each in-time request of a batch of ``n`` the share
+   ``|batch ∩ slot|/T_n`` of each slot its batch overlaps. A batch that answers
+   any request in time has ``T_n ≤ RT_max`` so ``n/T_n ≤ μ_o``, and an instance
+   runs one batch at a time inside its extended run: the shares in slot ``v``
+   are ≤ ``μ_o·∫_v R_o``. A request of slot ``w`` is worked on only in
+   ``[start of w, end of w + RT_max)``, i.e. slots ``w..w+h``. Lambda the same
+   way: a request answered in time holds one of at most C environments for at
+   least ``T_λ`` (a cold start only adds; a queued invocation waits for a free
+   one), so at most ``δ·C/T_λ`` per slot.
+3. *Growth.* ``R(τ') − R(τ) ≤`` starts in ``(τ, τ']``. Averaged over ``τ`` in
+   slot ``u−1`` and ``τ'`` in slot ``u``, a start at offset ``ξ`` of slot ``u``
+   counts ``(δ−ξ)/δ = a`` and one at offset ``ξ`` of slot ``u−1`` counts
+   ``ξ/δ = b``.
+4. *Billing minimum.* ``B ≥ R``, and ``B`` ≥ the runs started in the last 60 s;
+   a start at offset ``ξ`` of slot ``u'`` covers ``δ−ξ`` of ``u'``, all of
+   ``u'+1 .. u'+k−1`` and ``ξ`` of ``u'+k``: exactly the ``a``/``b`` terms.
+5. *SLO.* The run missed at most ``M`` requests.
+
+So every SLO-meeting run is a feasible point whose LP objective is at most its
+cost: the LP optimum is a lower bound. HiGHS solves it to optimality (through
+``scipy.optimize.linprog``, as ``provisioner.milp`` reaches it through
+``scipy.optimize.milp``; its tolerances are ~1e-7 relative), in seconds for
+8 hours of 5 s slots. Instance counts are continuous: the bound is
+the LP relaxation, valid because relaxing only lowers the optimum. A run that
+missed more than ``M`` is bounded by the same LP with its own misses as ``M``
+(``miss_budget``): that is ``bound_own`` in a comparison.
+
+Exact reductions
+----------------
+An offering with a higher price and no higher rate than another is never
+needed (swap each of its instances for the other's: feasible, no dearer).
+In this LP more holds: every constraint is linear and homogeneous in an
+offering's variables, so ``o``'s schedule scaled by ``μ_o/μ_*`` is one of the
+offering ``*`` with the least price per rate, serving as much for no more. The
+optimum therefore uses one offering; ``prune_dominated`` keeps only those with
+the least ``price/μ`` (ties kept). Tests check the value is the same unpruned.
+
+What it leaves out (each only lowers it): boot time, forecast error, the
+planner's 98 %-quantile capacity, integer instances, cold starts, Lambda
+throttling beyond the concurrency, the fleet limit, spot interruptions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
+
+from mark.billing import EC2_MINIMUM_S
+from mark.catalog import Catalog, Market
+from mark.errors import UnknownOffering
+from mark.sim.models import SimModel
+from provisioner.batching import PROFILE_BATCHES
+
+DEFAULT_SLOT_S = 5.0  # P_s: the windows the daemon's telemetry counts
+MAX_BATCH = max(PROFILE_BATCHES)  # no instance in the simulator batches more
+SLO_EPS_S = 1e-9  # the simulator's "within RT_max" tolerance
+
+
+class BoundError(ValueError):
+    """The bound cannot be set up (a slot that does not divide 60 s, an RT_max ≥ 60 s)."""
+
+
+@dataclass(frozen=True)
+class BoundOffering:
+    """An instance type bought in one market, as the bound sees it."""
+
+    instance_type: str
+    market: str
+    price_per_hour: float
+    rate_rps: float  # best SLO-feasible batch rate, max_n n/T_n with T_n ≤ RT_max
+    role: str = "serving"  # or "standby" (a burstable standby at full speed)
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance_type}/{self.market}" + (
+            "/standby" if self.role != "serving" else ""
+        )
+
+    @property
+    def price_per_request(self) -> float:
+        """$ per request at full SLO-feasible rate (the ratio the LP ranks by)."""
+        return self.price_per_hour / 3600.0 / self.rate_rps
+
+
+@dataclass(frozen=True)
+class LambdaTerms:
+    latency_s: float  # T_1 of one request on Lambda, warm
+    cost_per_request: float  # at least this per request: T_1 × GB × $/GB-s + the request fee
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The bound's value and how the LP's optimum spends it."""
+
+    value: float
+    instance_cost: float
+    lambda_cost: float
+    requests: int
+    lambda_requests: float
+    missed: float
+    miss_budget: int
+    instance_hours: dict[str, float]  # per offering key, billed hours the LP pays (÷ κ)
+    offerings: tuple[str, ...]  # what the LP could buy after pruning
+    markets: tuple[str, ...]
+    slot_s: float
+    solve_s: float
+    status: str
+
+    def summary(self) -> dict[str, object]:
+        """The figures, for JSON (an infeasible bound's value is None)."""
+        finite = math.isfinite(self.value)
+        return {
+            "value": round(self.value, 4) if finite else None,
+            "instance_cost": round(self.instance_cost, 4) if finite else None,
+            "lambda_cost": round(self.lambda_cost, 4),
+            "requests": self.requests,
+            "lambda_requests": round(self.lambda_requests, 1),
+            "missed": round(self.missed, 1),
+            "miss_budget": self.miss_budget,
+            "instance_hours": {k: round(v, 3) for k, v in sorted(self.instance_hours.items())},
+            "offerings": list(self.offerings),
+            "markets": list(self.markets),
+            "slot_s": self.slot_s,
+            "solve_s": round(self.solve_s, 2),
+            "status": self.status,
+        }
+
+
+# -- inputs ------------------------------------------------------------------
+
+
+def slo_rate(curve: Callable[[int], float], rt_max_s: float, max_batch: int = MAX_BATCH) -> float:
+    """``max_n n/T_n`` over ``n ≤ max_batch`` with ``T_n ≤ RT_max``; 0 if none fits."""
+    best = 0.0
+    for n in range(1, max_batch + 1):
+        t = curve(n)
+        if t <= rt_max_s + SLO_EPS_S:
+            best = max(best, n / t)
+    return best
+
+
+def bound_offerings(
+    model: SimModel,
+    catalog: Catalog,
+    markets: Sequence[str],
+    standby_types: Sequence[str] = (),
+) -> list[BoundOffering]:
+    """Every profiled type in each allowed market, plus burstable standbys (on-demand,
+    at full speed: ``model.standby_latency``); types that cannot meet RT_max are left out."""
+    out: list[BoundOffering] = []
+    for itype, curve in sorted(model.latency.items()):
+        if itype not in catalog.types:
+            continue
+        rate = slo_rate(curve, model.rt_max_s)
+        if rate <= 0:
+            continue
+        for market in markets:
+            try:
+                price = catalog.offering(itype, Market(market)).price_per_hour
+            except UnknownOffering:
+                continue
+            out.append(BoundOffering(itype, market, price, rate))
+    for itype in standby_types:
+        if itype not in catalog.types:
+            continue
+        curve = model.standby_latency(catalog.types[itype].vcpus)
+        rate = slo_rate(curve, model.rt_max_s, max_batch=1)
+        price = catalog.offering(itype, Market.ON_DEMAND).price_per_hour
+        if rate > 0:
+            out.append(BoundOffering(itype, Market.ON_DEMAND.value, price, rate, "standby"))
+    return out
+
+
+def lambda_terms(
+    model: SimModel, catalog: Catalog, memory_mb: int, concurrency: int
+) -> LambdaTerms:
+    """What one request on the simulated Lambda costs at least, and how many run at once."""
+    prices = catalog.lambda_prices
+    t1 = model.lambda_latency(1)
+    cost = t1 * memory_mb / 1024.0 * prices.per_gb_second_x86 + prices.per_request
+    return LambdaTerms(t1, cost, concurrency)
+
+
+def slot_counts(
+    arrivals: NDArray[np.float64], t0: float, seconds: float, slot_s: float
+) -> NDArray[np.int64]:
+    """Requests arriving in each slot of ``[t0, t0 + seconds)``."""
+    n = math.ceil(seconds / slot_s - 1e-9)
+    a = arrivals[(arrivals >= t0) & (arrivals < t0 + seconds)]
+    idx = np.minimum(((a - t0) // slot_s).astype(np.int64), n - 1)
+    return np.bincount(idx, minlength=n).astype(np.int64)
+
+
+def miss_budget(requests: int, sl_min: float) -> int:
+    """How many of ``requests`` may miss RT_max with SL_min still met."""
+    return math.floor((1.0 - sl_min) * requests + 1e-9)
+
+
+def prune_dominated(offerings: Sequence[BoundOffering]) -> list[BoundOffering]:
+    """The offerings with the least price per rate (exact for this LP; see the module doc).
+
+    This includes dropping every offering with a higher price and no higher rate than
+    another (such an offering has a higher price per rate)."""
+    if not offerings:
+        return []
+    best = min(o.price_per_request for o in offerings)
+    return [o for o in offerings if o.price_per_request <= best * (1 + 1e-12)]
+
+
+# -- the LP ------------------------------------------------------------------
+
+
+class _Columns:
+    """Column index allocation for the LP's variable blocks."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def block(self, *shape: int) -> NDArray[np.int64]:
+        n = int(np.prod(shape)) if shape else 0
+        idx = np.arange(self.size, self.size + n, dtype=np.int64).reshape(shape)
+        self.size += n
+        return idx
+
+
+def system_bound(
+    counts: Sequence[int] | NDArray[np.int64],
+    offerings: Sequence[BoundOffering],
+    *,
+    rt_max_s: float,
+    miss_budget: int,
+    lam: LambdaTerms | None,
+    slot_s: float = DEFAULT_SLOT_S,
+    markets: Sequence[str] = (),
+    prune: bool = True,
+) -> Bound:
+    """The LP of the module docstring on ``counts`` (requests per slot of ``slot_s``)."""
+    k_f = EC2_MINIMUM_S / slot_s
+    k = round(k_f)
+    if slot_s <= 0 or abs(k_f - k) > 1e-9 or k < 1:
+        raise BoundError(f"slot of {slot_s} s: it must divide {EC2_MINIMUM_S:g} s")
+    if not 0 < rt_max_s < EC2_MINIMUM_S:
+        raise BoundError(f"RT_max {rt_max_s} s: the bound needs 0 < RT_max < 60 s")
+    t_start = time.perf_counter()
+    demand = np.asarray(counts, dtype=float)
+    n_req = int(demand.sum())
+    opts = prune_dominated(offerings) if prune else list(offerings)
+    n_w = demand.size
+    h = max(1, math.ceil(rt_max_s / slot_s - 1e-12))
+    n_s = n_w + k  # slots modelled: the window, then what a late start is still billed
+    n_o = len(opts)
+    kappa = 1.0 + (rt_max_s + SLO_EPS_S) / EC2_MINIMUM_S
+    use_lambda = lam is not None and lam.latency_s <= rt_max_s + SLO_EPS_S
+
+    cols = _Columns()
+    # c[o,u]: starts of o up to and including slot u (a running sum, so that the window
+    # of the 60 s minimum is two terms whatever k is).
+    n_c, a_c, b_c, p_c, c_c = (cols.block(n_o, n_s) for _ in range(5))
+    x_c = cols.block(n_w, h + 1)
+    y_c = cols.block(n_w, h + 1) if use_lambda else cols.block(0, h + 1)
+    m_c = cols.block(n_w)
+    n_var = cols.size
+
+    cost = np.zeros(n_var)
+    for o, opt in enumerate(opts):
+        cost[p_c[o]] = opt.price_per_hour * slot_s / (3600.0 * kappa)
+    if use_lambda and lam is not None:
+        cost[y_c.ravel()] = lam.cost_per_request
+
+    rows: list[NDArray[np.int64]] = []
+    cs: list[NDArray[np.int64]] = []
+    vs: list[NDArray[np.float64]] = []
+    b_ub: list[NDArray[np.float64]] = []
+    n_rows = 0
+
+    def add(r: NDArray[np.int64], c: NDArray[np.int64], v: float | NDArray[np.float64]) -> None:
+        rows.append(np.asarray(r, dtype=np.int64).ravel())
+        cs.append(np.asarray(c, dtype=np.int64).ravel())
+        vs.append(np.broadcast_to(np.asarray(v, dtype=float), np.shape(c)).ravel())
+
+    # Capacity of slot v, v < n_w + h: Σ_j x[v−j, j] − δ Σ_o μ_o n[o,v] ≤ 0 (and Lambda's).
+    n_cap = n_w + h
+    w_idx, j_idx = np.meshgrid(np.arange(n_w), np.arange(h + 1), indexing="ij")
+    add(n_rows + w_idx + j_idx, x_c[w_idx, j_idx], 1.0)
+    for o, opt in enumerate(opts):
+        add(n_rows + np.arange(n_cap), n_c[o, :n_cap], -slot_s * opt.rate_rps)
+    b_ub.append(np.zeros(n_cap))
+    n_rows += n_cap
+    if use_lambda and lam is not None:
+        add(n_rows + w_idx + j_idx, y_c[w_idx, j_idx], 1.0)
+        b_ub.append(np.full(n_cap, slot_s * lam.concurrency / lam.latency_s))
+        n_rows += n_cap
+    # Misses: Σ m ≤ M.
+    add(np.full(n_w, n_rows), m_c, 1.0)
+    b_ub.append(np.array([float(miss_budget)]))
+    n_rows += 1
+    u = np.arange(n_s)
+    for o in range(n_o):
+        # Growth: n[u] − n[u−1] − a[u] − b[u−1] ≤ 0.
+        r = n_rows + u
+        add(r, n_c[o], 1.0)
+        add(r, a_c[o], -1.0)
+        add(r[1:], n_c[o, :-1], -1.0)
+        add(r[1:], b_c[o, :-1], -1.0)
+        n_rows += n_s
+        # Running is billed: n[u] − p[u] ≤ 0.
+        r = n_rows + u
+        add(r, n_c[o], 1.0)
+        add(r, p_c[o], -1.0)
+        n_rows += n_s
+        # 60 s minimum: a[u] + Σ_{u−k<u'<u} (a+b)[u'] + b[u−k] − p[u] ≤ 0, the sum being
+        # c[u−1] − c[u−k].
+        r = n_rows + u
+        add(r, a_c[o], 1.0)
+        add(r, p_c[o], -1.0)
+        add(r[1:], c_c[o, :-1], 1.0)
+        add(r[k:], c_c[o, : n_s - k], -1.0)
+        add(r[k:], b_c[o, : n_s - k], 1.0)
+        n_rows += n_s
+    for _ in range(3 * n_o):
+        b_ub.append(np.zeros(n_s))
+
+    a_ub = coo_matrix(
+        (np.concatenate(vs), (np.concatenate(rows), np.concatenate(cs))), shape=(n_rows, n_var)
+    ).tocsr()
+    # Every request of a slot is answered in time (instances, Lambda) or missed.
+    eq_r = [w_idx.ravel(), np.arange(n_w)]
+    eq_c = [x_c.ravel(), m_c]
+    if use_lambda:
+        eq_r.append(w_idx.ravel())
+        eq_c.append(y_c.ravel())
+    ev = [np.ones(r.size) for r in eq_r]
+    # The running sums: c[u] − c[u−1] − a[u] − b[u] = 0.
+    n_eq = n_w
+    for o in range(n_o):
+        r = n_eq + u
+        eq_r += [r, r[1:], r, r]
+        eq_c += [c_c[o], c_c[o, :-1], a_c[o], b_c[o]]
+        ev += [np.ones(n_s), -np.ones(n_s - 1), -np.ones(n_s), -np.ones(n_s)]
+        n_eq += n_s
+    er, ec = np.concatenate(eq_r), np.concatenate(eq_c)
+    a_eq = coo_matrix((np.concatenate(ev), (er, ec)), shape=(n_eq, n_var)).tocsr()
+    b_eq = np.concatenate([demand, np.zeros(n_eq - n_w)])
+
+    res = linprog(
+        cost,
+        A_ub=a_ub,
+        b_ub=np.concatenate(b_ub),
+        A_eq=a_eq,
+        b_eq=b_eq,
+        bounds=(0, None),
+        method="highs",
+    )
+    solve_s = time.perf_counter() - t_start
+    if res.status == 2:  # infeasible: no schedule of this world meets the SLO
+        return Bound(
+            math.inf, math.inf, 0.0, n_req, 0.0, 0.0, miss_budget, {},
+            tuple(o.key for o in opts), tuple(markets), slot_s, solve_s, "infeasible",
+        )  # fmt: skip
+    if res.status != 0 or res.x is None:
+        raise BoundError(f"HiGHS: {res.message}")
+    xs = res.x
+    hours = {
+        opt.key: float(xs[p_c[o]].sum()) * slot_s / 3600.0 / kappa for o, opt in enumerate(opts)
+    }
+    inst = sum(opts[o].price_per_hour * hours[opts[o].key] for o in range(n_o))
+    lam_req = float(xs[y_c].sum()) if use_lambda else 0.0
+    lam_cost = lam_req * lam.cost_per_request if use_lambda and lam is not None else 0.0
+    return Bound(
+        value=float(res.fun),
+        instance_cost=inst,
+        lambda_cost=lam_cost,
+        requests=n_req,
+        lambda_requests=lam_req,
+        missed=float(xs[m_c].sum()),
+        miss_budget=miss_budget,
+        instance_hours={key: v for key, v in hours.items() if v > 1e-9},
+        offerings=tuple(o.key for o in opts),
+        markets=tuple(markets),
+        slot_s=slot_s,
+        solve_s=solve_s,
+        status="optimal",
+    )
+
+
+def window_bound(
+    model: SimModel,
+    catalog: Catalog,
+    arrivals: NDArray[np.float64],
+    *,
+    t0: float,
+    seconds: float,
+    markets: Sequence[str],
+    standby_types: Sequence[str] = (),
+    lambda_memory_mb: int = 3072,
+    lambda_concurrency: int = 1000,
+    misses: int | None = None,
+    slot_s: float = DEFAULT_SLOT_S,
+    prune: bool = True,
+) -> Bound:
+    """The bound for one measured window ``[t0, t0 + seconds)`` of ``arrivals``, with the
+    offerings of ``markets`` (and ``standby_types``) and the simulated Lambda; ``misses``
+    replaces the SLO's budget (a run that missed more is bounded at its own misses)."""
+    counts = slot_counts(arrivals, t0, seconds, slot_s)
+    budget = miss_budget(int(counts.sum()), model.sl_min)
+    return system_bound(
+        counts,
+        bound_offerings(model, catalog, markets, standby_types),
+        rt_max_s=model.rt_max_s,
+        miss_budget=budget if misses is None else max(budget, misses),
+        lam=lambda_terms(model, catalog, lambda_memory_mb, lambda_concurrency),
+        slot_s=slot_s,
+        markets=markets,
+        prune=prune,
+    )

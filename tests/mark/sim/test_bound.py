@@ -1,0 +1,285 @@
+"""The whole-system lower bound (``mark.sim.bound``): hand-computed optima on tiny
+traces, exact pruning, and no simulated policy ever below it."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bouncer.latency import BatchLatency
+from mark.catalog import load_catalog
+from mark.sim.bound import (
+    BoundError,
+    BoundOffering,
+    LambdaTerms,
+    bound_offerings,
+    lambda_terms,
+    miss_budget,
+    prune_dominated,
+    slo_rate,
+    slot_counts,
+    system_bound,
+)
+from mark.sim.compare import compare
+from mark.sim.models import SimModel, paper_model
+from mark.sim.policies import POLICIES, parse_policies
+from mark.sim.run import SimConfig
+from mark.sim.workloads import Workload
+
+RT = 0.6
+KAPPA = 1.0 + RT / 60.0  # a batch may run up to RT_max past a run's end (module doc)
+SLOT = 5.0
+ONE = BoundOffering("c5.large", "on-demand", 0.36, 10.0)  # 10 r/s, $0.36/h = $0.0001/s
+LAMBDA = LambdaTerms(latency_s=0.4, cost_per_request=2e-5, concurrency=1000)
+
+
+def _bound(counts: list[float] | np.ndarray, **kw: object) -> float:
+    args: dict[str, object] = {
+        "rt_max_s": RT,
+        "miss_budget": 0,
+        "lam": None,
+        "slot_s": SLOT,
+        "offerings": [ONE],
+    }
+    args.update(kw)
+    return system_bound(np.asarray(counts), **args).value  # type: ignore[arg-type]
+
+
+def test_constant_load_needing_two_and_a_half_instances_costs_two_and_a_half() -> None:
+    """25 r/s for 10 minutes on 10 r/s instances: 2.5 instances the whole time (the LP
+    relaxation), 2.5 × price × duration (÷ κ: batches may end RT_max after a run)."""
+    seconds = 600
+    counts = np.full(int(seconds / SLOT), 25.0 * SLOT)
+    want = 2.5 * ONE.price_per_hour * seconds / 3600.0 / KAPPA
+    assert _bound(counts) == pytest.approx(want, rel=1e-6)
+    # With one-minute slots the same.
+    assert _bound(np.full(10, 25.0 * 60), slot_s=60.0) == pytest.approx(want, rel=1e-6)
+
+
+def test_a_lone_spike_goes_to_lambda_when_a_billed_minute_costs_more() -> None:
+    """100 requests in one 5 s slot and nothing else. An instance started for them is
+    billed 60 s and can work on them for at most two slots (10 s, RT_max 0.6 s), so per
+    request it costs at least 60 × $0.0001 / (10 s × 10 r/s) = $6e-5 > Lambda's $2e-5."""
+    counts = np.zeros(24)
+    counts[5] = 100
+    assert _bound(counts, lam=LAMBDA) == pytest.approx(100 * LAMBDA.cost_per_request, rel=1e-6)
+    # Without Lambda the instance is the only way: one start, a billed minute.
+    no_lambda = _bound(counts)
+    assert no_lambda == pytest.approx(ONE.price_per_hour * 60 / 3600 / KAPPA, rel=1e-6)
+    assert no_lambda > 100 * LAMBDA.cost_per_request
+
+
+def test_lambda_carries_a_tiny_load_cheaper_than_a_slow_instance() -> None:
+    """An instance at $1.8/h that serves 1 r/s costs $5e-4 a request; Lambda $2e-5."""
+    slow = BoundOffering("x", "on-demand", 1.8, 1.0)
+    counts = np.full(60, 2.0)
+    value = _bound(counts, offerings=[slow], lam=LAMBDA)
+    assert value == pytest.approx(120 * LAMBDA.cost_per_request, rel=1e-6)
+
+
+def test_lambda_too_slow_for_rt_max_is_no_help() -> None:
+    slow_lambda = LambdaTerms(latency_s=0.7, cost_per_request=1e-9, concurrency=1000)
+    counts = np.full(60, 50.0)
+    assert _bound(counts, lam=slow_lambda) == pytest.approx(_bound(counts), rel=1e-9)
+
+
+def test_lambda_concurrency_limits_what_it_takes() -> None:
+    """One environment, 0.4 s a request: at most 12.5 a slot (over the 120 slots and the
+    one after the window, RT_max into which the last slot's requests may be served)."""
+    one_env = LambdaTerms(latency_s=0.4, cost_per_request=0.0, concurrency=1)
+    counts = np.full(120, 50.0)  # 10 r/s
+    on_instances = counts.sum() - 12.5 * 121
+    want = on_instances / ONE.rate_rps * ONE.price_per_hour / 3600 / KAPPA
+    assert _bound(counts, lam=one_env) == pytest.approx(want, rel=1e-6)
+
+
+def test_the_miss_budget_removes_a_spike() -> None:
+    """A steady 10 r/s (one instance for 600 s) plus 50 requests at once: with 50 misses
+    allowed the spike costs nothing. Without, it needs 5 more instance-seconds in its two
+    slots, and only those: the instance started for it takes over from the running one,
+    which has run past its billed minute (a real schedule can do the same swap)."""
+    counts = np.full(120, 50.0)
+    counts[60] += 50
+    steady = ONE.price_per_hour * 600 / 3600 / KAPPA
+    assert _bound(counts, miss_budget=50) == pytest.approx(steady, rel=1e-6)
+    assert _bound(counts, miss_budget=0) == pytest.approx(steady * 605 / 600, rel=1e-6)
+    # The budget goes where it saves most: 25 misses leave half the spike.
+    assert _bound(counts, miss_budget=25) == pytest.approx(steady * 602.5 / 600, rel=1e-6)
+
+
+def test_the_miss_budget_is_the_slo_share_of_all_requests() -> None:
+    assert miss_budget(10_000, 0.98) == 200
+    assert miss_budget(99, 0.98) == 1
+    assert miss_budget(0, 0.98) == 0
+
+
+def test_billing_minimum_makes_short_bursts_dear() -> None:
+    """100 requests in one 5 s slot (20 r/s) every two minutes, nothing between: each
+    burst needs one instance over its two slots (10 instance-seconds of work), and an
+    instance started for it is billed a minute. Keeping it to the next burst costs more
+    (130 s for two), so: five bursts, five billed minutes."""
+    price_s = ONE.price_per_hour / 3600 / KAPPA
+    counts = np.zeros(120)
+    counts[::24] = 100
+    assert _bound(counts) == pytest.approx(5 * 60 * price_s, rel=1e-6)
+    # The work alone is a sixth of that: the 60 s minimum is what the bound charges.
+    assert _bound(counts) == pytest.approx(6 * 5 * 100 / ONE.rate_rps * price_s, rel=1e-6)
+    # A burst every minute: one instance kept 70 s serves two bursts (0 s and 60 s).
+    counts = np.zeros(120)
+    counts[::12] = 100
+    assert _bound(counts) == pytest.approx(5 * 70 * price_s, rel=1e-6)
+
+
+def test_slot_must_divide_a_minute_and_rt_max_be_below_one() -> None:
+    with pytest.raises(BoundError, match="divide"):
+        _bound([1.0], slot_s=7.0)
+    with pytest.raises(BoundError, match="RT_max"):
+        _bound([1.0], rt_max_s=61.0)
+
+
+def test_no_offering_and_no_budget_is_infeasible() -> None:
+    b = system_bound(np.array([5.0]), [], rt_max_s=RT, miss_budget=0, lam=None)
+    assert b.status == "infeasible" and math.isinf(b.value)
+    assert b.summary()["value"] is None
+
+
+# -- pruning -------------------------------------------------------------------
+
+
+def test_pruning_keeps_the_least_price_per_rate_and_drops_the_dominated() -> None:
+    cheap = BoundOffering("a", "spot", 0.1, 5.0)
+    dominated = BoundOffering("b", "on-demand", 0.2, 4.0)  # dearer and slower than a
+    fast = BoundOffering("c", "on-demand", 1.0, 40.0)  # faster, dearer per rate than a
+    assert prune_dominated([cheap, dominated, fast]) == [cheap]
+    twin = BoundOffering("d", "spot", 0.2, 10.0)  # the same price per rate as a
+    assert prune_dominated([cheap, twin]) == [cheap, twin]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pruning_never_changes_the_value(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    offerings = [
+        BoundOffering(
+            f"t{i}", "on-demand", float(rng.uniform(0.05, 1.0)), float(rng.uniform(1, 30))
+        )
+        for i in range(4)
+    ]
+    counts = rng.poisson(rng.uniform(0, 150, size=48)).astype(float)
+    counts[rng.integers(0, 48, size=3)] += rng.integers(50, 400, size=3)
+    kw: dict[str, object] = {"offerings": offerings, "lam": LAMBDA, "miss_budget": 30}
+    pruned = _bound(counts, prune=True, **kw)
+    full = _bound(counts, prune=False, **kw)
+    assert pruned == pytest.approx(full, rel=1e-6)
+
+
+# -- inputs from the simulator's model ----------------------------------------
+
+
+def test_rates_come_from_the_best_batch_within_rt_max() -> None:
+    """T_b = 0.1 + 0.05 b: 4 r/s one at a time, b = 10 takes 0.6 s → 16.7 r/s."""
+    curve = BatchLatency(((1, 0.15), (10, 0.6)))
+    assert slo_rate(curve, 0.6) == pytest.approx(10 / 0.6)
+    assert slo_rate(curve, 0.1) == 0.0  # not even one request fits
+    assert slo_rate(curve, 0.6, max_batch=1) == pytest.approx(1 / 0.15)
+
+
+def test_offerings_and_lambda_of_a_paper_model() -> None:
+    model, cat = paper_model("inception-v3"), load_catalog()
+    od = bound_offerings(model, cat, ["on-demand"])
+    assert {o.market for o in od} == {"on-demand"}
+    best = prune_dominated(od)
+    assert [o.key for o in best] == ["p2.xlarge/on-demand"]  # 8 in 145 ms, $0.90/h
+    assert best[0].rate_rps == pytest.approx(8 / 0.14457831325301204)
+    spot = bound_offerings(model, cat, ["on-demand", "spot"], ["t3.large"])
+    assert any(o.role == "standby" for o in spot)
+    assert [o.key for o in prune_dominated(spot)] == ["c5.large/spot"]
+    lam = lambda_terms(model, cat, 3072, 1000)
+    prices = cat.lambda_prices
+    assert lam.cost_per_request == pytest.approx(
+        0.38 * 3 * prices.per_gb_second_x86 + prices.per_request
+    )
+
+
+def test_slot_counts_cover_the_window_only() -> None:
+    arr = np.array([99.0, 100.0, 104.9, 105.0, 119.99, 120.0])
+    assert slot_counts(arr, 100.0, 20.0, 5.0).tolist() == [2, 1, 0, 1]
+
+
+# -- the former name -------------------------------------------------------------
+
+
+def test_optimal_is_an_alias_of_clairvoyant_with_a_note() -> None:
+    notes: list[str] = []
+    got = parse_policies("mark,optimal,optimal-spot,clairvoyant", note=notes.append)
+    assert [p.name for p in got] == ["mark", "clairvoyant", "clairvoyant-spot"]
+    assert len(notes) == 2 and "'optimal' is now 'clairvoyant'" in notes[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert [p.name for p in parse_policies("optimal")] == ["clairvoyant"]
+    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+
+
+# -- every simulated policy pays at least the bound ------------------------------
+
+EPOCH = 1_700_000_000.0
+HISTORY_S = 2 * 3600
+
+
+def _tiny_model() -> SimModel:
+    return SimModel(
+        name="tiny",
+        rt_max_s=0.6,
+        sl_min=0.98,
+        latency={
+            "c5.large": BatchLatency(((1, 0.2),)),
+            "c5.xlarge": BatchLatency(((1, 0.1), (4, 0.25))),
+        },
+        lambda_t1_s=0.4,
+        standby_t1_s=0.2,
+    )
+
+
+@st.composite
+def _loads(draw: st.DrawFn) -> np.ndarray:
+    """A few minutes of piecewise-constant load with the odd burst."""
+    piece = st.tuples(st.integers(30, 240), st.floats(0.0, 40.0))
+    pieces = draw(st.lists(piece, min_size=1, max_size=4))
+    rates = np.concatenate([np.full(d, r) for d, r in pieces])
+    burst = st.tuples(st.integers(0, 600), st.integers(1, 20), st.floats(10.0, 120.0))
+    for at, d, r in draw(st.lists(burst, max_size=2)):
+        rates[at : at + d] += r
+    return rates
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(load=_loads(), seed=st.integers(0, 100))
+async def test_no_simulated_policy_costs_less_than_the_bound(load: np.ndarray, seed: int) -> None:
+    seconds = int(load.size)
+    per_second = np.concatenate([np.full(HISTORY_S, max(float(load[0]), 1.0)), load])
+    w = Workload("random", per_second, EPOCH, HISTORY_S, seconds)
+    cfg = SimConfig(warmup_s=300, seed=seed, boot_s=60, milp_time_limit_s=5)
+    names = ("mark", "mark-spot", "sagemaker", "clairvoyant")
+    results = await compare(w, _tiny_model(), [POLICIES[n] for n in names], cfg, forecaster=None)
+    for r in results:
+        assert r.bound is not None
+        if r.missed > r.bound.miss_budget:
+            assert r.bound_own is not None
+            floor = r.bound_own.value
+        else:
+            assert r.bound_own is None
+            floor = r.bound.value
+        assert r.total_cost >= floor * (1 - 1e-6) - 1e-9, (r.policy, r.total_cost, floor)
+    # One bound per set of offerings, shared: mark, sagemaker and clairvoyant buy on-demand.
+    by_name = {r.policy: r for r in results}
+    assert by_name["mark"].bound is by_name["sagemaker"].bound is by_name["clairvoyant"].bound
+    assert by_name["mark-spot"].bound is not by_name["mark"].bound
