@@ -11,7 +11,8 @@ from provisioner.random_instances import random_instance
 def literal_algorithm_1(
     forecast: list[float], running: list[RunningInstance], options: list[PlannerOption]
 ) -> Counter[str]:
-    """One instance per iteration, plain Python, 60-s steps, tau = 0."""
+    """One instance per iteration, plain Python, 60-s steps, tau = 0; as the paper's,
+    except that keeping a running instance costs every step until its span ends."""
     cands: list[tuple[str, PlannerOption, float]] = [
         (r.instance_id, r.option, 0.0) for r in running
     ] + [(o.label, o, o.launch_overhead) for o in options]
@@ -28,7 +29,9 @@ def literal_algorithm_1(
             if k in used:
                 continue
             served = sum(min(opt.capacity_rps, unmet[t]) for t in range(start, end + 1)) * 60
-            cost = (overhead + (end - start + 1) * opt.price_per_hour / 60) / served
+            # A kept running instance bills from now (step 0), idle until its span.
+            steps = end + 1 if k < len(running) else end - start + 1
+            cost = (overhead + steps * opt.price_per_hour / 60) / served
             if cost < best_cost:
                 best, best_cost = k, cost
         name, opt, _ = cands[best]
@@ -56,3 +59,20 @@ def test_same_choices_as_the_literal_algorithm() -> None:
             batched += item.count > 1
         assert got == literal_algorithm_1(forecast, running, options), seed
     assert batched > 0  # the copy-batching shortcut was exercised
+
+
+def test_a_running_instance_idle_until_a_later_peak_is_retired_not_kept() -> None:
+    """Keeping it would bill 40 idle steps; relaunching for the peak costs its boot."""
+    opt = PlannerOption("c5.large", "on-demand", 1.0, 10.0, launch_overhead=0.05)
+    forecast = [0.0] * 30 + [10.0] * 11 + [0.0] * 19
+    plan = plan_greedy(forecast, [RunningInstance("i-1", opt)], [opt], tau_steps=2)
+    assert plan.retire == ("i-1",)
+    (item,) = plan.items
+    assert not item.kept and plan.is_deferred(item) and item.reason.span_start == 30
+
+
+def test_a_running_instance_needed_soon_is_kept() -> None:
+    opt = PlannerOption("c5.large", "on-demand", 1.0, 10.0, launch_overhead=0.05)
+    forecast = [0.0] * 2 + [10.0] * 11 + [0.0] * 47
+    plan = plan_greedy(forecast, [RunningInstance("i-1", opt)], [opt], tau_steps=2)
+    assert plan.retire == () and plan.kept() == ("i-1",)
