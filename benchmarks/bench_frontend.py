@@ -40,6 +40,8 @@ local conns = tonumber(os.getenv("BENCH_CONNS") or "1")
 wrk.method = "POST"
 wrk.body = os.getenv("BENCH_BODY")
 wrk.headers["Content-Type"] = "application/json"
+local key = os.getenv("BENCH_KEY")
+if key then wrk.headers["Authorization"] = "Bearer " .. key end
 math.randomseed(tonumber(os.getenv("BENCH_SEED") or "1"))
 if rate > 0 then
   function delay()
@@ -91,7 +93,9 @@ async def _frontend(agent_url: str) -> None:
     from mark.clock import WallClock
     from mark.config import load_settings
     from mark.daemon import serving, start_api
+    from mark.serve.auth import KeyCache, hash_secret, split_token
     from mark.serve.dispatcher import Backend
+    from mark.state import ApiKeyRecord
 
     settings = load_settings(
         overrides={
@@ -115,7 +119,11 @@ async def _frontend(agent_url: str) -> None:
     disp.set_backends(
         [Backend("i-bench", "local", agent_url, BatchLatency.from_mapping(table), 16, 0.0)]
     )
-    _, (_, port) = await start_api(settings, models)
+    # The API key every request carries (BENCH_KEY): its check is part of what is measured.
+    parts = split_token(os.environ["BENCH_KEY"])
+    assert parts is not None
+    key = ApiKeyRecord(parts[0], "bench", ("inference",), hash_secret(parts[1]), 0.0)
+    _, (_, port) = await start_api(settings, models, KeyCache.fixed([key]))
     print(f"READY {port}", flush=True)
     await asyncio.Event().wait()
 
@@ -166,6 +174,9 @@ def main() -> None:
     if shutil.which("wrk") is None:
         sys.exit("bench_frontend needs wrk, a C HTTP load generator: apt-get install wrk")
 
+    from mark.serve.auth import issue
+
+    os.environ["BENCH_KEY"] = issue("bench", ["inference"], 0.0)[1]  # frontend and wrk read it
     tmp = Path(tempfile.mkdtemp())
     script = tmp / "bench.lua"
     script.write_text(LUA)

@@ -33,6 +33,7 @@ from mark.control.health import HealthTracker
 from mark.control.profiles import rate_options
 from mark.errors import StoreError
 from mark.ports import Fleet, Serverless
+from mark.serve.auth import KeyCache, first_key
 from mark.serve.dispatcher import Backend, Dispatcher
 from mark.serve.endpoint import STATE, Served, build_app
 from mark.serve.telemetry import Telemetry
@@ -80,10 +81,11 @@ def serving(
 
 
 async def start_api(
-    settings: Settings, models: dict[str, Served]
+    settings: Settings, models: dict[str, Served], keys: KeyCache | None = None
 ) -> tuple[web.AppRunner, tuple[str, int]]:
     """The REST endpoint on ``settings.api``; returns the runner and the bound address."""
-    runner = web.AppRunner(build_app(settings, models), handle_signals=False, access_log=None)
+    app = build_app(settings, models, keys=keys)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.api.host, settings.api.port)
     await site.start()
@@ -109,6 +111,8 @@ class Running:
     catalog: Catalog | None = None
     profiled: set[tuple[str, str]] = field(default_factory=set)  # (model, type) stored
     health: HealthTracker = field(default_factory=HealthTracker)
+    api_key: str | None = None  # the key in <data_dir>/api-key, when it is this store's
+    keys: KeyCache | None = None  # what the endpoint checks keys against (api.auth)
 
 
 async def _flush(run: Running, everything: bool = False) -> None:
@@ -245,11 +249,31 @@ async def _controller(
     )
 
 
+async def _api_keys(
+    settings: Settings, store: SqlStore, now: float
+) -> tuple[KeyCache | None, str | None]:
+    """The keys the endpoint checks (read now, then every ``api.key_refresh_s``) and the
+    daemon's own key (made on a store with none), unless ``api.auth`` is off."""
+    if not settings.api.auth:
+        api = settings.api
+        log.warning("api.auth is false: anyone reaching %s:%d may use the API", api.host, api.port)
+        return None, None
+    api_key = await first_key(store, settings.data_dir, now)
+    keys = KeyCache.of_store(store)
+    await keys.refresh()
+    return keys, api_key
+
+
 async def start(settings: Settings) -> Running:
     clock = WallClock()
     sources = {m.name: resolve_source(m, settings.data_dir) for m in settings.models}
     world = open_world(settings, sources, clock.now)  # before the store: a bad world fails first
     store = await open_store(settings.db_url, upgrade=True)
+    try:
+        keys, api_key = await _api_keys(settings, store, clock.now())
+    except BaseException:
+        await store.close()
+        raise
     try:
         await world.start()
     except BaseException:
@@ -258,9 +282,11 @@ async def start(settings: Settings) -> Running:
         raise
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
     models = serving(settings, clock.now, session, world.serverless)
-    runner, (host, port) = await start_api(settings, models)
+    runner, (host, port) = await start_api(settings, models, keys)
     run = Running(settings, store, world, session, models, runner, f"http://{host}:{port}")
-    run.sources = sources
+    run.sources, run.api_key, run.keys = sources, api_key, keys
+    if keys is not None:
+        run.tasks.append(asyncio.create_task(keys.run(settings.api.key_refresh_s)))
 
     offered = settings.offerings
     catalog = await world.prices(
@@ -316,7 +342,7 @@ async def stop(run: Running) -> None:
     await run.store.close()
 
 
-async def serve(settings: Settings, on_ready: Callable[[str], None] | None = None) -> None:
+async def serve(settings: Settings, on_ready: Callable[[Running], None] | None = None) -> None:
     """Run until SIGINT/SIGTERM; every resource opened here is closed on the way out."""
     stop_event = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -325,7 +351,7 @@ async def serve(settings: Settings, on_ready: Callable[[str], None] | None = Non
     run = await start(settings)
     try:
         if on_ready is not None:
-            on_ready(run.url)
+            on_ready(run)
         await stop_event.wait()
     finally:
         await stop(run)

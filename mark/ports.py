@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from mark.catalog import Market
 from mark.state.records import (
+    ApiKeyRecord,
     ArrivalWindow,
     Decision,
     InstanceEvent,
@@ -144,7 +145,7 @@ class Serverless(Protocol):
 
 
 class Store(Protocol):
-    """Instances, telemetry roll-ups, plans and decisions, the ledger (``SqlStore``)."""
+    """Instances, telemetry roll-ups, plans and decisions, the ledger, API keys (``SqlStore``)."""
 
     async def upsert_instance(self, rec: InstanceRecord, reason: str | None = None) -> None:
         """Insert or update an instance; a changed state is logged as a transition."""
@@ -221,4 +222,16 @@ class Store(Protocol):
 
     async def profiles(self, model: str) -> list[ProfileRecord]:
         """Every profile recorded for ``model``."""
+        ...
+
+    async def add_api_key(self, key: ApiKeyRecord) -> None:
+        """Record a new API key (the hash of its secret, never the secret)."""
+        ...
+
+    async def api_keys(self, *, active_only: bool = False) -> list[ApiKeyRecord]:
+        """API keys, oldest first; with ``active_only``, those not revoked."""
+        ...
+
+    async def revoke_api_key(self, key_id: str, at: float) -> ApiKeyRecord:
+        """Revoke a key (``StoreError`` if unknown); returns it as stored."""
         ...

@@ -26,8 +26,10 @@ def show(
     ctx: typer.Context,
     fmt: Format = typer.Option(Format.YAML, "--format", help="yaml or json"),
 ) -> None:
-    """Print the configuration after defaults, the YAML file, MARK_* variables and --set."""
+    """Print the configuration after defaults, the YAML file, MARK_* variables and --set
+    (the database password masked)."""
     data = dump_settings(state(ctx).settings())
+    data["database_url"] = masked_url(data["database_url"])
     if fmt is Format.JSON:
         typer.echo(json.dumps(data, indent=2))
     else:
@@ -48,6 +50,13 @@ def check(ctx: typer.Context) -> None:
         console.print(line, markup=False, highlight=False)
     if stranded:
         fail(f"no configured instance type can serve {', '.join(stranded)}", code=1)
+
+
+def masked_url(url: str) -> str:
+    """A database URL with its password as ``***``: what may be printed or pasted."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def unplanned_types(s: Settings) -> tuple[list[str], list[str]]:

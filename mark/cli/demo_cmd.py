@@ -205,6 +205,7 @@ def ramp(
 
 @app.command("load")
 def load(
+    ctx: typer.Context,
     url: str = typer.Argument(..., help="the daemon's base URL, e.g. http://127.0.0.1:8080"),
     model: str = typer.Option("digits", help="model name (its input is read from /v2/models)"),
     profile: str | None = typer.Option(
@@ -215,24 +216,40 @@ def load(
     scale: float = typer.Option(1.0, min=0.0001, help="--trace: multiply every rate by this"),
     api: str = typer.Option("v2", help="v1 (TF-Serving) or v2 (Open Inference Protocol)"),
     seed: int = typer.Option(0, help="seed of the arrivals and the random inputs"),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        help="the API key to send (default: MARK_API_KEY, else the one `mark up` saved in "
+        "<data_dir>/api-key)",
+    ),
 ) -> None:
     """Open-loop Poisson load against a running daemon (e.g. `mark up`), then a summary.
 
     Requests go out on schedule whether or not earlier ones have been answered,
     so an overloaded server shows as latency and errors, not as a slower client.
+    Which instance served each request is reported to admin keys only.
     """
-    from mark.cli.context import fail, run_async
-    from mark.demo.loadgen import Api, rich_progress, run_load
+    from mark.cli.context import fail, run_async, state
+    from mark.demo.loadgen import Api, find_api_key, rich_progress, run_load
     from mark.demo.rate_profile import LoadgenError, RateProfile
 
     if api not in ("v1", "v2"):
         fail(f"--api {api!r} is not known; allowed: v1, v2")
+    key = api_key or find_api_key(state(ctx).settings().data_dir)
     try:
         shape = RateProfile.from_options(profile, trace, speedup, scale, "0:5,30:20,60:5")
         bar, advance = rich_progress(shape.duration, shape)
         with bar:
             result = run_async(
-                run_load(url, model, shape, api=cast("Api", api), seed=seed, progress=advance)
+                run_load(
+                    url,
+                    model,
+                    shape,
+                    api=cast("Api", api),
+                    seed=seed,
+                    progress=advance,
+                    api_key=key,
+                )
             )
     except LoadgenError as exc:
         fail(str(exc))

@@ -15,6 +15,7 @@ from mark.cli import (
     db_cmd,
     demo_cmd,
     deploy_cmd,
+    keys_cmd,
     predictor_cmd,
     profile_cmd,
     report_cmd,
@@ -72,6 +73,7 @@ app.add_typer(config_cmd.app, name="config")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(demo_cmd.app, name="demo")
 app.add_typer(deploy_cmd.app, name="deploy")
+app.add_typer(keys_cmd.app, name="keys")
 app.add_typer(predictor_cmd.app, name="predictor")
 
 

@@ -17,8 +17,9 @@ def up(
     host: str | None = typer.Option(None, help="API bind address"),
 ) -> None:
     """Start mark: state store, REST endpoint and control loop. Ctrl-C stops it cleanly."""
-    from mark.daemon import serve  # torch and the cloud adapters: only when serving
+    from mark.daemon import Running, serve  # torch and the cloud adapters: only when serving
     from mark.demo import DEMO_SOURCE, ensure_demo_model
+    from mark.serve.auth import KEY_FILE
 
     cli = state(ctx)
     if port is not None:
@@ -28,17 +29,39 @@ def up(
     settings = cli.settings()
     model = settings.models[0]
 
-    def ready(url: str) -> None:
+    def ready(run: Running) -> None:
+        url = run.url
         example = json.dumps({"instances": [example_instance(model)]}, separators=(",", ":"))
+        key = f' -H "Authorization: Bearer {run.api_key}"' if run.api_key else ""
         console.print(f"mark is up ({settings.world} world) at [bold]{url}[/]", highlight=False)
+        if run.api_key:
+            console.print(
+                f"  API key:  in {settings.data_dir / KEY_FILE} "
+                "(`mark keys` lists, makes and revokes keys)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        elif settings.api.auth:
+            console.print(
+                "  API key:  none of this store's keys is saved here; make one with "
+                "`mark keys create --name me --scopes inference` and put it in the lines below",
+                highlight=False,
+                soft_wrap=True,
+            )
+        else:
+            console.print("  API key:  none needed (api.auth is false)", highlight=False)
         console.print(f"  health:   curl {url}/v2/health/ready", highlight=False)
-        console.print(f"  model:    curl {url}/v2/models/{model.name}", highlight=False)
         console.print(
-            f"  predict:  curl -s -X POST {url}/v1/models/{model.name}:predict "
+            f"  model:    curl{key} {url}/v2/models/{model.name}", highlight=False, soft_wrap=True
+        )
+        console.print(
+            f"  predict:  curl -s -X POST {url}/v1/models/{model.name}:predict{key} "
             f"-H 'Content-Type: application/json' -d '{example}'",
             highlight=False,
             soft_wrap=True,
         )
+        if run.api_key:
+            console.print(f"  metrics:  curl{key} {url}/metrics", highlight=False, soft_wrap=True)
         console.print("Press Ctrl-C to stop.")
 
     if model.source == DEMO_SOURCE:

@@ -367,6 +367,36 @@ class LocalSpec(_Strict):
 
 
 class ApiSpec(_Strict):
+    """The REST endpoint: where it listens, and who may call it (API keys, ``mark keys``)."""
+
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    auth: bool = Field(
+        default=True,
+        description="require an API key on every route but the health checks; false only on a "
+        "network where every client is trusted (logged as a warning at start)",
+    )
+    key_refresh_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="how often the endpoint re-reads the keys from the store: a revoked key "
+        "stops working within this long",
+    )
+    default_rate_rps: float | None = Field(
+        default=None,
+        gt=0,
+        description="requests per second a key may send when it sets none; null: unlimited",
+    )
+    default_max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="requests a key may have in flight when it sets none; null: unlimited",
+    )
+    burst_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="a rate-limited key may send this many seconds of its rate at once",
+    )

@@ -15,15 +15,23 @@ request's outcome is kept (when it was due, when it went out, latency, status,
 who served it if the response says), and a summary gives sent / ok / errors,
 percentiles, the fraction within RT_max and how many spilled to Lambda
 (``mark.demo.load_results``).
+
+Every request carries an API key (``find_api_key``: the one given, else
+``MARK_API_KEY``, else the one ``mark up`` saved in ``<data_dir>/api-key``).
+Who served each request is told to admin keys only, and the spill count is read
+from ``/metrics`` (the ``metrics`` scope); with a key that has neither, the
+summary's spill count is "unknown".
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
@@ -34,6 +42,7 @@ from numpy.typing import NDArray
 from bouncer.wire import SERVED_BY_HEADER
 from mark.demo.load_results import RequestResult, Summary, summarize
 from mark.demo.rate_profile import LoadgenError, RateProfile, arrival_times
+from mark.serve.auth import KEY_FILE, read_key_file
 
 Api = Literal["v1", "v2"]
 
@@ -121,6 +130,25 @@ class ModelInput:
         )
 
 
+API_KEY_ENV = "MARK_API_KEY"
+
+
+def find_api_key(data_dir: Path | None = None) -> str | None:
+    """The key to send: ``MARK_API_KEY``, else ``<data_dir>/api-key`` (the one ``mark up``
+    saved; ``data_dir`` defaults to the configured one, ``MARK_DATA_DIR`` included)."""
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    if key:
+        return key
+    if data_dir is None:
+        from mark.config import load_settings
+
+        try:
+            data_dir = load_settings().data_dir
+        except Exception:  # a broken configuration: no saved key to find, not a failed run
+            return None
+    return read_key_file(data_dir / KEY_FILE)
+
+
 def endpoint(base_url: str, model: str, api: Api) -> str:
     base = base_url.rstrip("/")
     if api == "v1":
@@ -135,11 +163,18 @@ async def fetch_model_input(
     try:
         async with session.get(url) as r:
             if r.status != 200:
-                raise LoadgenError(f"GET {url} answered {r.status}: {(await r.text())[:200]}")
+                hint = _KEY_HINT if r.status in (401, 403) else ""
+                raise LoadgenError(f"GET {url} answered {r.status}: {(await r.text())[:200]}{hint}")
             meta = await r.json()
     except aiohttp.ClientError as exc:
         raise LoadgenError(f"cannot reach {url}: {exc}") from None
     return ModelInput.from_metadata(meta)
+
+
+_KEY_HINT = (
+    f" (pass --api-key, set {API_KEY_ENV}, or run where <data_dir>/{KEY_FILE} holds the key "
+    "`mark up` made; `mark keys create` makes others)"
+)
 
 
 async def spilled_count(session: aiohttp.ClientSession, base_url: str, model: str) -> int | None:
@@ -195,14 +230,20 @@ async def run_load(
     timeout_s: float = 30.0,
     body_pool: int = 64,
     progress: ProgressFn | None = None,
+    api_key: str | None = None,
 ) -> LoadResult:
-    """Send the profile's Poisson arrivals to one model; return every outcome and a summary."""
+    """Send the profile's Poisson arrivals to one model; return every outcome and a summary.
+
+    ``api_key``: the key every request carries; None: ``find_api_key()``'s.
+    """
     if api not in ("v1", "v2"):
         raise LoadgenError(f"api {api!r} is not supported; allowed: v1, v2")
     rng = np.random.default_rng(seed)
+    key = api_key or find_api_key()
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     conn = aiohttp.TCPConnector(limit=0)  # open loop: the client must never be the queue
     async with aiohttp.ClientSession(
-        connector=conn, timeout=aiohttp.ClientTimeout(total=timeout_s)
+        connector=conn, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers
     ) as session:
         inp = await fetch_model_input(session, base_url, model)
         bodies = [inp.body(inp.random_row(rng), api) for _ in range(body_pool)]

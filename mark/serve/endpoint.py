@@ -9,6 +9,10 @@ readiness, the binary tensor data extension both ways, and every model route
 also under ``/versions/1`` (mark serves one version of each model). A model is
 ready while a request has somewhere to go: an instance, or the spill function.
 TF-Serving's model status (``GET /v1/models/{name}``) says the same in V1 terms.
+
+Every route but the health checks needs an API key with the scope ``ROUTE_SCOPES``
+names (``mark.serve.auth``: 401 without a valid key, 403 without the scope, 429
+over the key's limits); which instance served a request is told to admin keys only.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from aiohttp import web
 
 from bouncer.wire import SERVED_BY_HEADER, dump_json
 from mark.config import ModelSpec, Settings
+from mark.serve.auth import AUTH, INFERENCE, METRICS, Auth, KeyCache, require_key, sees_internals
 from mark.serve.binary_tensors import HEADER_LENGTH, OCTET_STREAM
 from mark.serve.codec import (
     OUTPUT_NAME,
@@ -90,8 +95,11 @@ def _json(
     )
 
 
-def _served_by(outcomes: list[Outcome]) -> dict[str, str]:
-    """Which instance(s) or Lambda answered: for clients, load generators and debugging."""
+def _served_by(request: web.Request, outcomes: list[Outcome]) -> dict[str, str]:
+    """Which instance(s) or Lambda answered, for admin keys (load generators, debugging):
+    instance ids are the fleet's internals, not every client's business."""
+    if not sees_internals(request):
+        return {}
     who = (
         outcomes[0].served_by
         if len(outcomes) == 1
@@ -226,7 +234,7 @@ async def predict_v1(request: web.Request) -> web.Response:
     tensor = parse_v1(body, served.spec.input, MAX_INSTANCES_PER_REQUEST)
     outcomes = await _run(served, tensor)
     return _failure(outcomes) or _json(
-        encode_v1([o.output for o in outcomes]), headers=_served_by(outcomes)
+        encode_v1([o.output for o in outcomes]), headers=_served_by(request, outcomes)
     )
 
 
@@ -242,12 +250,13 @@ async def infer_v2(request: web.Request) -> web.Response:
     req_id = body.get("id") if isinstance(body.get("id"), str) else None
     outputs = [o.output for o in outcomes]
     if not binary_output:
-        return _json(encode_v2(served.spec.name, outputs, req_id), headers=_served_by(outcomes))
+        served_by = _served_by(request, outcomes)
+        return _json(encode_v2(served.spec.name, outputs, req_id), headers=served_by)
     payload, head_length = encode_v2_binary(served.spec.name, outputs, req_id)
     return web.Response(
         body=payload,
         content_type=OCTET_STREAM,
-        headers={**_served_by(outcomes), HEADER_LENGTH: str(head_length)},
+        headers={**_served_by(request, outcomes), HEADER_LENGTH: str(head_length)},
     )
 
 
@@ -256,6 +265,8 @@ async def metrics(request: web.Request) -> web.Response:
     text = "".join(s.telemetry.prometheus() for s in state.models.values() if s.telemetry)
     if state.more_metrics is not None:
         text += state.more_metrics()
+    if AUTH in request.app:
+        text += request.app[AUTH].prometheus()
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
@@ -263,12 +274,27 @@ async def openapi(request: web.Request) -> web.Response:
     return _json(openapi_document(request.app[STATE].settings))
 
 
+ROUTE_SCOPES: dict[Handler, str | None] = {live: None, ready: None, metrics: METRICS}
+"""The scope each handler needs; None: open to load balancers. Every other route (and an
+unknown path or method) needs ``inference``."""
+
+
+def _needs(request: web.Request) -> str | None:
+    return ROUTE_SCOPES.get(request.match_info.handler, INFERENCE)
+
+
 def build_app(
     settings: Settings,
     models: Mapping[str, Served] | None = None,
     is_ready: Callable[[], bool] = lambda: True,
+    keys: KeyCache | None = None,
 ) -> web.Application:
-    app = web.Application(client_max_size=settings.api.max_body_bytes, middlewares=[errors_as_json])
+    """The endpoint; with ``api.auth`` (the default) it answers only ``keys`` (none given:
+    no key is valid, so only the health checks answer)."""
+    middlewares = [errors_as_json, *([require_key] if settings.api.auth else [])]
+    app = web.Application(client_max_size=settings.api.max_body_bytes, middlewares=middlewares)
+    if settings.api.auth:
+        app[AUTH] = Auth(keys if keys is not None else KeyCache(), settings.api, _needs)
     served = (
         dict(models)
         if models is not None

@@ -1,7 +1,9 @@
 """The OpenAPI 3.0 document of the endpoint, generated from the configured models.
 
 Built from the same settings the handlers validate against (shapes, dtypes,
-names), so the document and the server cannot drift apart.
+names), so the document and the server cannot drift apart. With ``api.auth`` it
+declares the API key (``Authorization: Bearer`` or ``X-Api-Key``) on every
+operation but the health checks, and the 401, 403 and 429 answers.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any
 
 from bouncer.wire import SERVED_BY_HEADER
 from mark.config import Settings
+from mark.serve.auth import API_KEY_HEADER
 from mark.serve.binary_tensors import HEADER_LENGTH, OCTET_STREAM
 
 VERSION_PARAM = {
@@ -56,7 +59,41 @@ def _item(dtype: str) -> dict[str, Any]:
     return {"type": "integer"}
 
 
+SECURITY_SCHEMES = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "an API key from `mark keys create` (mark_<id>_<secret>)",
+    },
+    "apiKey": {"type": "apiKey", "in": "header", "name": API_KEY_HEADER},
+}
+_AUTH_ERRORS = {
+    "401": {**_ERROR, "description": "no API key, or not a valid one"},
+    "403": {**_ERROR, "description": "the key lacks the scope this operation needs"},
+    "429": {
+        **_ERROR,
+        "description": "over the key's rate or concurrency limit",
+        "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+    },
+}
+
+
 def openapi_document(settings: Settings, max_instances: int = 1024) -> dict[str, Any]:
+    doc = _document(settings, max_instances)
+    if not settings.api.auth:
+        return doc
+    for path, item in doc["paths"].items():
+        for op in item.values():
+            if path.startswith("/v2/health/"):
+                op["security"] = []  # the load balancer's checks: open
+            else:
+                op["responses"] = {**op["responses"], **_AUTH_ERRORS}
+    doc["components"] = {"securitySchemes": SECURITY_SCHEMES}
+    doc["security"] = [{"bearer": []}, {"apiKey": []}]
+    return doc
+
+
+def _document(settings: Settings, max_instances: int) -> dict[str, Any]:
     names = [m.name for m in settings.models]
     paths: dict[str, Any] = {
         "/v2/health/live": {"get": _simple("liveness", {"live": {"type": "boolean"}})},
@@ -241,7 +278,7 @@ _SERVED_BY = {
     SERVED_BY_HEADER: {
         "description": (
             "who answered, comma-separated if the request's instances went to several: "
-            'instance ids, or "lambda" for the spill function'
+            'instance ids, or "lambda" for the spill function; sent to admin keys only'
         ),
         "schema": {"type": "string"},
     }

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from mark.errors import StoreError
 from mark.state.records import (
+    ApiKeyRecord,
     ArrivalWindow,
     Decision,
     InstanceEvent,
@@ -38,6 +39,7 @@ class MemoryStore:
         self._decisions: list[Decision] = []
         self._ledger: list[LedgerEntry] = []
         self._profiles: dict[tuple[str, str, str], ProfileRecord] = {}
+        self._api_keys: dict[str, ApiKeyRecord] = {}
 
     async def close(self) -> None:
         return None
@@ -158,3 +160,22 @@ class MemoryStore:
 
     async def profiles(self, model: str) -> list[ProfileRecord]:
         return [p for k, p in sorted(self._profiles.items()) if k[0] == model]
+
+    # -- API keys (the simulator serves no API; here to satisfy the port) ------
+
+    async def add_api_key(self, key: ApiKeyRecord) -> None:
+        if key.id in self._api_keys:
+            raise StoreError(f"API key id {key.id!r} is already in use")
+        self._api_keys[key.id] = key
+
+    async def api_keys(self, *, active_only: bool = False) -> list[ApiKeyRecord]:
+        keys = sorted(self._api_keys.values(), key=lambda k: (k.created_at, k.id))
+        return [k for k in keys if k.active or not active_only]
+
+    async def revoke_api_key(self, key_id: str, at: float) -> ApiKeyRecord:
+        key = self._api_keys.get(key_id)
+        if key is None:
+            raise StoreError(f"unknown API key id {key_id!r}")
+        if key.revoked_at is None:
+            key = self._api_keys[key_id] = replace(key, revoked_at=at)
+        return key

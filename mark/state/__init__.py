@@ -1,6 +1,8 @@
-"""The state store: instances, telemetry roll-ups, plans and decisions, the cost ledger."""
+"""The state store: instances, telemetry roll-ups, plans and decisions, the cost ledger,
+API keys."""
 
 from mark.state.records import (
+    ApiKeyRecord,
     ArrivalWindow,
     Decision,
     InstanceEvent,
@@ -13,6 +15,7 @@ from mark.state.records import (
 from mark.state.store import SqlStore, open_store
 
 __all__ = [
+    "ApiKeyRecord",
     "ArrivalWindow",
     "Decision",
     "InstanceEvent",

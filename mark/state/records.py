@@ -111,3 +111,25 @@ class ProfileRecord:
     batch_latency_s: tuple[tuple[int, float], ...]
     measured_at: float
     device: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRecord:
+    """An API key as the store keeps it: never the secret, only its SHA-256 (``hash``).
+
+    ``scopes`` are what it may do (``inference``, ``metrics``, ``admin``); ``rate_rps``
+    and ``max_concurrency`` are its own limits (None: the configured defaults).
+    """
+
+    id: str
+    name: str
+    scopes: tuple[str, ...]
+    hash: str
+    created_at: float
+    revoked_at: float | None = None
+    rate_rps: float | None = None
+    max_concurrency: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None

@@ -151,3 +151,18 @@ class ProfileRow(Base):
     batch_latency_s: Mapped[Any] = mapped_column(JSON)  # [[batch, seconds], ...]
     measured_at: Mapped[float] = mapped_column(Float)
     device: Mapped[str | None] = mapped_column(String(32))
+
+
+class ApiKeyRow(Base):
+    """An API key: its public id, the SHA-256 of its secret, its scopes and limits."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    scopes: Mapped[str] = mapped_column(String(64))  # comma-separated: inference,metrics,admin
+    hash: Mapped[str] = mapped_column(String(64))  # SHA-256 of the secret, hex
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+    rate_rps: Mapped[float | None] = mapped_column(Float)
+    max_concurrency: Mapped[int | None] = mapped_column(Integer)

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import (
 from mark.errors import StoreError
 from mark.state import migrate
 from mark.state.records import (
+    ApiKeyRecord,
     ArrivalWindow,
     Decision,
     InstanceEvent,
@@ -29,6 +30,7 @@ from mark.state.records import (
     ProfileRecord,
 )
 from mark.state.schema import (
+    ApiKeyRow,
     ArrivalRow,
     Base,
     DecisionRow,
@@ -70,7 +72,7 @@ def make_engine(url: str) -> AsyncEngine:
 
 
 class SqlStore:
-    """Instances, telemetry roll-ups, plans and decisions, and the cost ledger."""
+    """Instances, telemetry roll-ups, plans and decisions, the cost ledger, API keys."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -365,6 +367,58 @@ class SqlStore:
         async with self._session() as s:
             rows = (await s.scalars(q)).all()
         return [_to_record(r, LedgerEntry) for r in rows]
+
+    # -- API keys --------------------------------------------------------
+
+    async def add_api_key(self, key: ApiKeyRecord) -> None:
+        """Record a new key (its secret's hash, never the secret); an id in use is an error."""
+        async with self._session.begin() as s:
+            if await s.get(ApiKeyRow, key.id) is not None:
+                raise StoreError(f"API key id {key.id!r} is already in use")
+            s.add(
+                ApiKeyRow(
+                    id=key.id,
+                    name=key.name,
+                    scopes=",".join(key.scopes),
+                    hash=key.hash,
+                    created_at=key.created_at,
+                    revoked_at=key.revoked_at,
+                    rate_rps=key.rate_rps,
+                    max_concurrency=key.max_concurrency,
+                )
+            )
+
+    async def api_keys(self, *, active_only: bool = False) -> list[ApiKeyRecord]:
+        """Keys, oldest first; with ``active_only``, those not revoked."""
+        q = select(ApiKeyRow).order_by(ApiKeyRow.created_at, ApiKeyRow.id)
+        if active_only:
+            q = q.where(ApiKeyRow.revoked_at.is_(None))
+        async with self._session() as s:
+            rows = (await s.scalars(q)).all()
+        return [_api_key(r) for r in rows]
+
+    async def revoke_api_key(self, key_id: str, at: float) -> ApiKeyRecord:
+        """Revoke a key from ``at`` on; one revoked already keeps its first revocation time."""
+        async with self._session.begin() as s:
+            row = await s.get(ApiKeyRow, key_id)
+            if row is None:
+                raise StoreError(f"unknown API key id {key_id!r}")
+            if row.revoked_at is None:
+                row.revoked_at = at
+            return _api_key(row)
+
+
+def _api_key(r: ApiKeyRow) -> ApiKeyRecord:
+    return ApiKeyRecord(
+        r.id,
+        r.name,
+        tuple(x for x in r.scopes.split(",") if x),
+        r.hash,
+        r.created_at,
+        r.revoked_at,
+        r.rate_rps,
+        r.max_concurrency,
+    )
 
 
 def _one_line(exc: BaseException) -> str:

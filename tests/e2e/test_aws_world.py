@@ -202,7 +202,8 @@ async def _seed_load(settings: Settings, rate: float) -> None:
 
 
 async def _predict(run: Running, images: np.ndarray[Any, Any]) -> list[list[float]]:
-    async with aiohttp.ClientSession() as session:
+    key = {"Authorization": f"Bearer {run.api_key}"}  # the key the daemon made on its store
+    async with aiohttp.ClientSession(headers=key) as session:
 
         async def one(i: int) -> list[float]:
             body = {"instances": [images[i].tolist()]}

@@ -15,9 +15,10 @@ from bouncer.runner import ModelRunner
 from bouncer.wire import SERVED_BY_HEADER
 from mark.catalog import Market
 from mark.config import load_settings
-from mark.daemon import start, stop
+from mark.daemon import Running, start, stop
 from mark.demo import load_digits_tensors
 from mark.ports import InstanceState, LaunchRequest
+from mark.serve.auth import create_key
 
 
 def _live_children(pid: int) -> list[int]:
@@ -32,6 +33,14 @@ def _live_children(pid: int) -> list[int]:
             if ppid == pid and state != "Z":
                 out.append(int(entry.name))
     return out
+
+
+async def admin_key(run: Running) -> str:
+    """A key that may also see who served each request, known to the endpoint at once."""
+    assert run.keys is not None
+    _, token = await create_key(run.store, "tests", ["inference", "admin"], time.time())
+    await run.keys.refresh()
+    return token
 
 
 @pytest.mark.slow
@@ -70,7 +79,8 @@ async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: 
         images = x[:n].numpy()
         expected = ModelRunner(run.world.models["digits"].source).run(images)
         who: list[str] = []
-        async with aiohttp.ClientSession() as session:
+        key = {"Authorization": f"Bearer {await admin_key(run)}"}  # to see X-Mark-Served-By
+        async with aiohttp.ClientSession(headers=key) as session:
 
             async def one(i: int) -> list[float]:
                 body = {"instances": [images[i].tolist()]}
@@ -159,7 +169,8 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
         stop_load = asyncio.Event()
 
         async def load() -> None:
-            async with aiohttp.ClientSession() as session:
+            key = {"Authorization": f"Bearer {run.api_key}"}
+            async with aiohttp.ClientSession(headers=key) as session:
                 i = 0
                 while not stop_load.is_set():
                     k = i % len(images)

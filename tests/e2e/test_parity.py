@@ -52,6 +52,7 @@ from mark.daemon import Running, start, stop
 from mark.demo import ensure_demo_model
 from mark.ports import LaunchRequest
 from mark.sim.replay import ReplayServer, Shares, replay
+from tests.e2e.test_local_world import admin_key
 
 RT_MAX_MS = 1000.0
 # T_b on this machine that every agent emulates, ×4 for a c5.large (8 / vCPUs): T_b =
@@ -139,6 +140,8 @@ async def test_the_simulator_serves_a_seeded_ramp_as_the_local_world_does(
         lambda_s = await _lambda_latency(run)
         assert isinstance(run.world.serverless, LocalLambda)
         queue_timeout_s = run.world.serverless.queue_timeout_s
+        # An admin key: the client sees who served each request (X-Mark-Served-By).
+        monkeypatch.setenv("MARK_API_KEY", await admin_key(run))
         client = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tests.e2e.parity_load", run.url, PROFILE, str(SEED), str(out)
         )

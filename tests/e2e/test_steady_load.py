@@ -87,7 +87,7 @@ async def test_steady_load_on_the_defaults_neither_runs_away_nor_overbuys(tmp_pa
         profile = RateProfile.parse(f"0:{RATE:g},{LOAD_S:g}:{RATE:g}")
         results = await asyncio.gather(
             *(
-                run_load(r.url, r.settings.models[0].name, profile, seed=i)
+                run_load(r.url, r.settings.models[0].name, profile, seed=i, api_key=r.api_key)
                 for i, r in enumerate(runs)
             )
         )

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -104,13 +105,21 @@ def test_config_show_reflects_every_source(tmp_path: Path) -> None:
     assert data["database_url"].startswith("sqlite+aiosqlite:///")
 
 
+def test_config_show_masks_the_database_password() -> None:
+    url = "postgresql://mark:s3cret@db.internal:5432/mark"
+    for fmt in ("yaml", "json"):
+        out = run("--set", f"database_url={url}", "config", "show", "--format", fmt)
+        assert out.returncode == 0, out.stderr
+        assert "s3cret" not in out.stdout and "mark:***@db.internal:5432/mark" in out.stdout
+
+
 def test_db_upgrade_migrates_a_postgres_database_by_url(pg_url: str) -> None:
     before = run("--set", f"database_url={pg_url}", "db", "current")
     assert "database: empty" in before.stdout
     up = run("--set", f"database_url={pg_url}", "db", "upgrade")
     assert up.returncode == 0, up.stderr
     after = run("--set", f"database_url={pg_url}", "db", "current")
-    assert "database: 0002; code expects: 0002" in after.stdout
+    assert "database: 0003; code expects: 0003" in after.stdout
 
 
 def _free_port() -> int:
@@ -119,9 +128,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _post(url: str, body: object) -> dict[str, object]:
+def _post(url: str, body: object, key: str) -> dict[str, object]:
     req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
     )
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.load(r)  # type: ignore[no-any-return]
@@ -149,8 +160,15 @@ def test_up_serves_real_predictions_and_stops_cleanly_on_ctrl_c(tmp_path: Path) 
             assert time.monotonic() < deadline
         curl = next(x for x in printed.splitlines() if "predict:" in x)
         payload = json.loads(curl.split(" -d '", 1)[1].rstrip("'"))
+        # the printed curl carries the key mark up made and saved (0600) in the data dir
+        key = curl.split('-H "Authorization: Bearer ', 1)[1].split('"', 1)[0]
+        assert (tmp_path / "api-key").read_text().strip() == key
+        assert (tmp_path / "api-key").stat().st_mode & 0o777 == 0o600
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(f"{url}/v2/models/digits", timeout=5)
+        assert denied.value.code == 401
         # the printed example is the first image of scikit-learn's digits: a zero
-        v1 = _post(f"{url}/v1/models/digits:predict", payload)
+        v1 = _post(f"{url}/v1/models/digits:predict", payload, key)
         (logits,) = v1["predictions"]  # type: ignore[misc]
         assert max(range(10), key=lambda i: logits[i]) == 0
         flat = [v for row in payload["instances"][0][0] for v in row]
@@ -160,11 +178,13 @@ def test_up_serves_real_predictions_and_stops_cleanly_on_ctrl_c(tmp_path: Path) 
                 "id": "r1",
                 "inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": flat}],
             },
+            key,
         )
         (out,) = v2["outputs"]  # type: ignore[misc]
         assert v2["id"] == "r1" and out["shape"] == [1, 10] and out["datatype"] == "FP32"
         assert out["data"] == pytest.approx(logits, rel=1e-5)
-        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+        scrape = urllib.request.Request(f"{url}/metrics", headers={"X-Api-Key": key})
+        with urllib.request.urlopen(scrape, timeout=5) as r:
             metrics = r.read().decode()
         assert 'mark_requests_total{model="digits",outcome="spilled"} 2' in metrics
         assert (tmp_path / "mark.db").is_file()  # the store was migrated on start

@@ -192,3 +192,59 @@ async def test_unknown_model_and_unreachable_server_are_one_line_errors() -> Non
         await runner.cleanup()
     with pytest.raises(LoadgenError, match="cannot reach"):
         await run_load(url, "m", RateProfile.parse("0:1,1:1"))
+
+
+def test_the_key_comes_from_the_env_else_the_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mark.demo.loadgen import find_api_key
+    from mark.serve.auth import write_key_file
+
+    assert find_api_key() is None  # MARK_DATA_DIR (tmp_path / "data") holds no key yet
+    write_key_file(tmp_path / "data" / "api-key", "mark_a_saved")
+    assert find_api_key() == "mark_a_saved"  # the data dir of the settings (MARK_DATA_DIR)
+    assert find_api_key(tmp_path / "elsewhere") is None
+    monkeypatch.setenv("MARK_API_KEY", "mark_b_env")
+    assert find_api_key() == find_api_key(tmp_path / "elsewhere") == "mark_b_env"
+
+
+async def test_every_request_carries_the_key_and_a_refusal_says_how_to_give_one(
+    tmp_path: Path,
+) -> None:
+    from mark.serve.auth import write_key_file
+
+    keys: list[str | None] = []
+
+    async def guarded(request: web.Request) -> web.Response:
+        keys.append(request.headers.get("Authorization"))
+        if request.headers.get("Authorization") != "Bearer mark_k_s":
+            return web.json_response({"error": "an API key is required"}, status=401)
+        if request.path == "/v2/models/m":
+            return web.json_response(
+                {"name": "m", "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 2]}]}
+            )
+        if request.path == "/metrics":
+            return web.Response(status=403)  # a key without the metrics scope
+        return web.json_response({"outputs": []})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", guarded)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    url = f"http://{host}:{port}"
+    try:
+        res = await run_load(url, "m", RateProfile.parse("0:20,1:20"), api_key="mark_k_s")
+        assert res.summary is not None and res.summary.errors == 0 and res.summary.sent > 5
+        assert res.summary.spilled is None  # no metrics scope, no served-by: unknown
+        assert set(keys) == {"Bearer mark_k_s"}
+        write_key_file(tmp_path / "data" / "api-key", "mark_k_s")  # what `mark up` saves
+        found = await run_load(url, "m", RateProfile.parse("0:5,1:5"))
+        assert found.summary is not None and found.summary.errors == 0
+        (tmp_path / "data" / "api-key").unlink()
+        with pytest.raises(LoadgenError, match=r"answered 401.*pass --api-key, set MARK_API_KEY"):
+            await run_load(url, "m", RateProfile.parse("0:1,1:1"))
+    finally:
+        await runner.cleanup()

@@ -7,6 +7,7 @@ from sqlalchemy import inspect
 
 from mark.errors import StoreError
 from mark.state import (
+    ApiKeyRecord,
     ArrivalWindow,
     Decision,
     InstanceRecord,
@@ -28,6 +29,7 @@ TABLES = {
     "decisions",
     "ledger",
     "profiles",
+    "api_keys",
     "alembic_version",
 }
 
@@ -226,3 +228,83 @@ async def test_profiles_per_model_type_and_source_newest_replaces(db_url: str) -
         assert got[0].device == "cpu" and got[1].device is None
     finally:
         await store.close()
+
+
+async def test_api_keys_round_trip_revoke_and_only_their_hash_is_stored(db_url: str) -> None:
+    from sqlalchemy import text
+
+    store = await open_store(db_url, upgrade=True)
+    try:
+        a = ApiKeyRecord("a1b2c3", "client", ("inference",), "ab" * 32, 10.0)
+        b = ApiKeyRecord(
+            "d4e5f6", "ops", ("metrics", "admin"), "cd" * 32, 20.0, rate_rps=2.5, max_concurrency=4
+        )
+        await store.add_api_key(b)
+        await store.add_api_key(a)
+        assert await store.api_keys() == [a, b]  # oldest first
+        with pytest.raises(StoreError, match="already in use"):
+            await store.add_api_key(a)
+        revoked = await store.revoke_api_key("a1b2c3", 30.0)
+        assert revoked.revoked_at == 30.0 and not revoked.active
+        again = await store.revoke_api_key("a1b2c3", 40.0)  # the first revocation stands
+        assert again.revoked_at == 30.0
+        assert await store.api_keys(active_only=True) == [b]
+        assert [k.id for k in await store.api_keys()] == ["a1b2c3", "d4e5f6"]
+        with pytest.raises(StoreError, match="unknown API key id 'nope'"):
+            await store.revoke_api_key("nope", 1.0)
+        async with store.engine.connect() as conn:
+            cols = (await conn.execute(text("SELECT * FROM api_keys"))).keys()
+        assert set(cols) == {
+            "id",
+            "name",
+            "scopes",
+            "hash",
+            "created_at",
+            "revoked_at",
+            "rate_rps",
+            "max_concurrency",
+        }
+    finally:
+        await store.close()
+
+
+async def test_the_api_keys_migration_goes_up_from_0002_and_back(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        await migrate.upgrade(engine, "0002")
+        async with engine.connect() as conn:
+            names = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+        assert "profiles" in names and "api_keys" not in names
+        await migrate.upgrade(engine, "0003")
+        async with engine.connect() as conn:
+            names = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+        assert "api_keys" in names
+        await migrate.downgrade(engine, "0002")
+        async with engine.connect() as conn:
+            names = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+        assert "api_keys" not in names and "profiles" in names
+    finally:
+        await engine.dispose()
+
+
+def test_the_memory_store_satisfies_the_store_port() -> None:
+    from mark.ports import Store
+    from mark.sim.memstore import MemoryStore
+
+    members = [m for m in vars(Store) if not m.startswith("_")]
+    assert all(callable(getattr(MemoryStore, m, None)) for m in members)
+
+
+async def test_the_memory_store_keeps_api_keys_as_the_sql_store_does() -> None:
+    from mark.sim.memstore import MemoryStore
+
+    store = MemoryStore()
+    a = ApiKeyRecord("a", "x", ("inference",), "00" * 32, 1.0)
+    await store.add_api_key(a)
+    with pytest.raises(StoreError):
+        await store.add_api_key(a)
+    assert (await store.revoke_api_key("a", 2.0)).revoked_at == 2.0
+    assert (await store.revoke_api_key("a", 3.0)).revoked_at == 2.0
+    assert await store.api_keys(active_only=True) == [] and len(await store.api_keys()) == 1
+    with pytest.raises(StoreError):
+        await store.revoke_api_key("b", 1.0)

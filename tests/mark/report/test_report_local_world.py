@@ -80,7 +80,8 @@ async def test_report_totals_equal_a_hand_computation_over_a_local_world_run(
     sent = 12
     try:
         x, _ = load_digits_tensors()
-        async with aiohttp.ClientSession() as session:
+        key = {"Authorization": f"Bearer {run.api_key}"}
+        async with aiohttp.ClientSession(headers=key) as session:
             for i in range(sent):  # no instance yet: every one spills to Lambda
                 body = {"instances": [x[i].numpy().tolist()]}
                 async with session.post(f"{run.url}/v1/models/digits:predict", json=body) as r:

@@ -1,4 +1,7 @@
-"""The endpoint in-process: every client mistake is a 4xx JSON body, never a 500."""
+"""The endpoint in-process: every client mistake is a 4xx JSON body, never a 500.
+
+The client holds an admin key with the inference scope (``tests/mark/serve/test_auth.py``
+covers keys and scopes), so it also sees who served each request."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from bouncer.wire import SERVED_BY_HEADER
 from mark.config import load_settings
 from mark.ports import SpillResult
+from mark.serve.auth import KeyCache, issue
 from mark.serve.dispatcher import Dispatcher
 from mark.serve.endpoint import Served, build_app
 from mark.serve.telemetry import Telemetry
@@ -39,8 +43,9 @@ async def client() -> AsyncIterator[TestClient[Any, Any]]:
         tel = Telemetry(spec.name, spec.slo.rt_max_ms)
         disp = Dispatcher(spec.name, 1.0, "float32", time.time, session, EchoSum(), tel)
         disp.start()
-        app = build_app(settings, {spec.name: Served(spec, disp, tel)})
-        async with TestClient(TestServer(app)) as c:
+        key, token = issue("tests", ["inference", "admin"], time.time())
+        app = build_app(settings, {spec.name: Served(spec, disp, tel)}, keys=KeyCache.fixed([key]))
+        async with TestClient(TestServer(app), headers={"Authorization": f"Bearer {token}"}) as c:
             yield c
         await disp.close()
 

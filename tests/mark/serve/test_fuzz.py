@@ -1,4 +1,6 @@
-"""Fuzz the endpoint from its own OpenAPI document: no input may produce a 5xx."""
+"""Fuzz the endpoint from its own OpenAPI document: no input may produce a 5xx.
+
+Every call carries a valid key, so the fuzz reaches the handlers, not only the 401."""
 
 from __future__ import annotations
 
@@ -18,12 +20,14 @@ from schemathesis.checks import not_a_server_error
 
 from mark.config import load_settings
 from mark.ports import SpillResult
+from mark.serve.auth import KeyCache, issue
 from mark.serve.dispatcher import Dispatcher
 from mark.serve.endpoint import Served, build_app
 from mark.serve.openapi import openapi_document
 
 SETTINGS = load_settings(overrides={"api": {"max_body_bytes": 65536}})
 schema = schemathesis.openapi.from_dict(openapi_document(SETTINGS))
+KEY, TOKEN = issue("fuzz", ["inference", "metrics"], 0.0)
 
 
 class SumModel:
@@ -49,7 +53,8 @@ def live_url() -> Iterator[str]:
         spec = SETTINGS.models[0]
         disp = Dispatcher(spec.name, 1.0, "float32", time.time, session, SumModel())
         disp.start()
-        runner = web.AppRunner(build_app(SETTINGS, {spec.name: Served(spec, disp, None)}))
+        app = build_app(SETTINGS, {spec.name: Served(spec, disp, None)}, keys=KeyCache.fixed([KEY]))
+        runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -76,4 +81,8 @@ def live_url() -> Iterator[str]:
 @schema.parametrize()
 @hyp_settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_input_produces_a_server_error(case: Any, live_url: str) -> None:
-    case.call_and_validate(base_url=live_url, checks=[not_a_server_error])
+    case.call_and_validate(
+        base_url=live_url,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        checks=[not_a_server_error],
+    )

@@ -4,7 +4,8 @@ tritonclient (the Open Inference Protocol's reference HTTP client) drives a
 live endpoint whose model runs on a real agent (real HTTP, a real TorchScript
 model): server and model metadata, readiness, and inference with JSON and with
 binary tensors, each result the model's own output (to float32 rounding).
-TF-Serving's model status is read with aiohttp.
+TF-Serving's model status is read with aiohttp. The clients send an API key the
+way a tritonclient user would: a plugin that adds the ``X-Api-Key`` header.
 """
 
 from __future__ import annotations
@@ -31,11 +32,23 @@ from bouncer.runner import ModelRunner
 from mark.config import load_settings
 from mark.demo import save_torchscript
 from mark.ports import SpillResult
+from mark.serve.auth import KeyCache, issue
 from mark.serve.dispatcher import Backend, Dispatcher
 from mark.serve.endpoint import Served, build_app
 
 SETTINGS = load_settings()
 SPEC = SETTINGS.models[0]  # "digits": FP32 instances of shape [1, 8, 8]
+KEY, TOKEN = issue("tritonclient", ["inference"], 0.0)
+
+
+class ApiKeyPlugin:
+    """A tritonclient plugin: every request it sends carries the key."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def __call__(self, request: Any) -> None:
+        request.headers["X-Api-Key"] = self.token
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +77,11 @@ class Live:
         self.url = url  # host:port, as tritonclient takes it
         self.runner = runner
 
+    def client(self) -> triton.InferenceServerClient:
+        client = triton.InferenceServerClient(self.url)
+        client.register_plugin(ApiKeyPlugin(TOKEN))
+        return client
+
 
 @pytest.fixture
 async def live(model_path: Path) -> AsyncIterator[Live]:
@@ -89,7 +107,11 @@ async def live(model_path: Path) -> AsyncIterator[Live]:
         )
         for d in disps.values():
             d.start()
-        app = build_app(SETTINGS, {n: Served(specs[n], disps[n], None) for n in specs})
+        app = build_app(
+            SETTINGS,
+            {n: Served(specs[n], disps[n], None) for n in specs},
+            keys=KeyCache.fixed([KEY]),
+        )
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
         try:
@@ -120,7 +142,7 @@ def _input(x: np.ndarray[Any, Any], binary: bool) -> triton.InferInput:
 
 
 async def test_metadata_and_readiness_as_tritonclient_reads_them(live: Live) -> None:
-    async with triton.InferenceServerClient(live.url) as client:
+    async with live.client() as client:
         meta = await client.get_server_metadata()
         assert meta["name"] == "mark" and "binary_tensor_data" in meta["extensions"]
         assert isinstance(meta["version"], str) and meta["version"]
@@ -147,7 +169,7 @@ async def test_infer_json_and_binary_tensors_equal_the_model(
     live: Live, binary_in: bool, binary_out: bool
 ) -> None:
     x = _batch(5)
-    async with triton.InferenceServerClient(live.url) as client:
+    async with live.client() as client:
         result = await client.infer(
             "digits",
             [_input(x, binary_in)],
@@ -164,7 +186,7 @@ async def test_infer_json_and_binary_tensors_equal_the_model(
 
 async def test_default_binary_output_versions_and_spill(live: Live) -> None:
     x = _batch(3, seed=1)
-    async with triton.InferenceServerClient(live.url) as client:
+    async with live.client() as client:
         # No requested outputs: tritonclient asks for every output as binary data.
         result = await client.infer("digits", [_input(x, True)], model_version="1")
         assert "binary_data_size" in result.get_output("output")["parameters"]
@@ -190,6 +212,7 @@ async def test_the_sync_client_on_geventhttpclient(live: Live) -> None:
 
     def call() -> tuple[bool, dict[str, Any], np.ndarray[Any, Any]]:
         client = triton_sync.InferenceServerClient(live.url)
+        client.register_plugin(ApiKeyPlugin(TOKEN))
         try:
             inp = triton_sync.InferInput("input", list(x.shape), "FP32")
             inp.set_data_from_numpy(x)  # binary by default
@@ -222,7 +245,8 @@ async def test_binary_response_headers_and_v1_model_status(live: Live) -> None:
             "parameters": {"binary_data_output": True},
         }
     )
-    async with aiohttp.ClientSession(f"http://{live.url}") as http:
+    key = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(f"http://{live.url}", headers=key) as http:
         async with http.post(
             "/v2/models/digits/infer",
             data=head + x.tobytes(),
@@ -271,7 +295,7 @@ async def test_binary_response_headers_and_v1_model_status(live: Live) -> None:
 async def test_compressed_requests(live: Live, algorithm: str) -> None:
     """tritonclient's request compression: the body limit applies to what it inflates to."""
     x = _batch(3)
-    async with triton.InferenceServerClient(live.url) as client:
+    async with live.client() as client:
         result = await client.infer(
             "digits",
             [_input(x, True)],
