@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import typer
 
 from mark.cli.context import console
+
+if TYPE_CHECKING:
+    from mark.config import Timings
 
 app = typer.Typer(help="The offline demo model (a CNN on scikit-learn's digits).")
 
@@ -166,7 +169,7 @@ def ramp(
     t = settings.timings
     console.print(
         f"profile {shape} ({shape.duration:.0f} s, ~{shape.expected_requests():.0f} requests); "
-        f"P_u {t.update_period_s:g} s, τ {t.lead_time_s:g} s, cool-down {t.cooldown_s:g} s, "
+        f"P_u {t.update_period_s:g} s, τ {t.lead_time_s:g} s, cool-down {_cooldown(t)}, "
         f"billing minimum {t.billing_minimum_s:g} s, boot delay {settings.local.boot_delay_s:g} s; "
         f"forecaster {forecaster}" + (f" ({model_file})" if model_file else ""),
         highlight=False,
@@ -256,3 +259,7 @@ def load(
     assert result.summary is not None
     for line in result.summary.lines():
         console.print(line, highlight=False)
+
+
+def _cooldown(t: Timings) -> str:
+    return f"{t.cooldown_s:g} s" if t.cooldown_s is not None else "the boot time"

@@ -147,7 +147,12 @@ class Timings(_Strict):
     window_steps: int = Field(default=60, ge=1, le=1440, description="P_w: steps forecast")
     sample_window_s: float = Field(default=5, gt=0, description="P_s: arrival sample window")
     lead_time_s: float = Field(default=300, ge=0, description="τ: provision for the load τ ahead")
-    cooldown_s: float = Field(default=300, ge=0, description="idle time before retiring")
+    cooldown_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="idle time before retiring; default the boot time: idling longer costs "
+        "more than relaunching (ski rental)",
+    )
     billing_minimum_s: float = Field(default=60, ge=0, description="EC2 per-second minimum")
     boot_deadline_s: float | None = Field(
         default=None,
@@ -174,6 +179,14 @@ class Timings(_Strict):
                 f"horizon P_w × P_u = {horizon:g} s"
             )
         return self
+
+    def cooldown(self, boot_s: float) -> float:
+        """How long an instance the plan no longer wants stays: ``cooldown_s``, else the boot
+        time. Keeping an idle instance costs its price per second; retiring it and buying
+        it back later costs its boot (price × boot time, the launch overhead), so waiting
+        the boot time before retiring never pays more than twice the better of the two in
+        hindsight (the ski-rental rule)."""
+        return self.cooldown_s if self.cooldown_s is not None else boot_s
 
 
 class SloMonitorSpec(_Strict):

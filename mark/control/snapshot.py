@@ -57,7 +57,9 @@ def step_config(
         tau_steps=max(1, round(t.lead_time_s / t.update_period_s)),
         boot_s=boot_s,
         window_steps=t.window_steps,
-        guard=GuardConfig(t.cooldown_s, t.billing_minimum_s, settings.offerings.max_instances),
+        guard=GuardConfig(
+            t.cooldown(boot_s), t.billing_minimum_s, settings.offerings.max_instances
+        ),
         limits=SpendLimits(budget.max_hourly_per_model, budget.max_hourly_cluster),
         bounds=ForecastBounds(settings.predictor.max_forecast_multiple, spec.max_rate_rps),
         standby_type=standby,

@@ -314,7 +314,7 @@ async def run_ramp(
         started_at=load.started_at,
         ended_at=ended,
         update_period_s=t.update_period_s,
-        cooldown_s=t.cooldown_s,
+        cooldown_s=t.cooldown(boot_s),
         load=load,
         samples=samples,
         plans=plans,

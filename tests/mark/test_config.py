@@ -142,3 +142,11 @@ def test_overrides_parse_yaml_values_and_reject_garbage() -> None:
 def test_postgres_urls_get_the_async_driver() -> None:
     s = load_settings(overrides={"database_url": "postgresql://u@h:5432/db"})
     assert s.db_url == "postgresql+asyncpg://u@h:5432/db"
+
+
+def test_the_cooldown_defaults_to_the_boot_time_and_a_setting_overrides_it() -> None:
+    from mark.config import Timings
+
+    assert Timings().cooldown(120.0) == 120.0  # ski rental: idle as long as a relaunch costs
+    assert Timings(cooldown_s=30).cooldown(120.0) == 30.0
+    assert Timings(cooldown_s=0).cooldown(120.0) == 0.0
