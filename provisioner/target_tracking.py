@@ -31,22 +31,54 @@ can price the same load under it:
 * ``min_capacity`` defaults to 1: target tracking cannot scale an endpoint
   out from zero instances (SageMaker guide, "Auto scaling policy overview").
 
-Simplification, stated: cooldowns run from the decision, not from when
-SageMaker reports the update complete (instances in service), so this is a
-little quicker to act again than AWS.
+SageMaker as it behaves (``sagemaker_config_for``; off in ``config_for``, the
+kinder EC2 version):
+
+* **Cooldowns run from completion.** A cooldown is "the amount of time, in
+  seconds, after a scale-out [scale-in] activity completes before another
+  [...] activity can start" (Application Auto Scaling API reference,
+  ``TargetTrackingScalingPolicyConfiguration``). A SageMaker scaling activity
+  completes when the endpoint update does: the new instances are InService.
+  The caller says when that was (``update_done_s``); the step never reads a clock.
+* **No re-scaling while the endpoint updates.** Application Auto Scaling sets
+  the variant's desired count through SageMaker's UpdateEndpointWeightsAndCapacities:
+  "When it receives the request, SageMaker sets the endpoint status to Updating.
+  After updating the endpoint, it sets the status to InService" (SageMaker API
+  reference). An endpoint that is updating takes no other update, so no scaling
+  activity starts until it is InService again. The caller says whether an
+  update is in progress (``updating``).
+* **The alarm sees a minute late.** SageMaker publishes invocation metrics at a
+  1-minute frequency (SageMaker developer guide, "Amazon SageMaker AI metrics in
+  Amazon CloudWatch": "Metrics are available at a 1-minute frequency"; API
+  reference ``MetricsConfig``: invocation metrics are published at the default
+  60-second interval), and CloudWatch evaluates an alarm with a 1-minute period
+  once a minute. So the datapoint of the minute ending at ``m`` reaches the
+  alarm at the first evaluation after it is published, ``m + 60 s``:
+  ``DEFAULT_METRIC_DELAY_S = 60``. AWS documents no exact publication latency;
+  60 s is the least this chain allows (more only delays the reaction further).
+  On top of it the alarm still needs its 3 (15) datapoints. The delay takes
+  effect at the first step at or after a datapoint becomes visible (the alarm
+  is evaluated once a minute).
+
+Scale-in is taken to complete at once (SageMaker's drain time is not modelled).
 
 Pure: ``target_tracking_step(cfg, state, *, now_s, invocations_last_minute,
-in_service) -> (desired, new state)``; no clock, no I/O.
+in_service, updating, update_done_s) -> (desired, new state)``; no clock, no I/O.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 DEFAULT_COOLDOWN_S = 300.0
 SCALE_IN_FRACTION = 0.9
+DEFAULT_METRIC_DELAY_S = 60.0
+"""A minute's datapoint reaches the alarm 60 s after the minute ends (module docstring)."""
+
+Activity = Literal["out", "in"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +92,12 @@ class TargetTrackingConfig:
     datapoints_out: int = 3
     datapoints_in: int = 15
     scale_in_fraction: float = SCALE_IN_FRACTION
+    metric_delay_s: float = 0.0
+    """From the end of a minute to when its datapoint reaches the alarm."""
+    cooldown_from_completion: bool = False
+    """A cooldown runs from when the scaling activity completes (SageMaker), not the decision."""
+    block_while_updating: bool = False
+    """No scaling activity starts while the endpoint is updating (SageMaker)."""
 
     def __post_init__(self) -> None:
         if not self.target_invocations_per_instance > 0:
@@ -70,6 +108,8 @@ class TargetTrackingConfig:
             raise ValueError(f"need 0 <= min <= max, got {self.min_capacity}..{self.max_capacity}")
         if self.datapoints_out < 1 or self.datapoints_in < 1:
             raise ValueError("datapoints to alarm must be at least 1")
+        if not self.metric_delay_s >= 0:
+            raise ValueError(f"metric delay must be non-negative, got {self.metric_delay_s}")
 
     def clamp(self, n: int) -> int:
         n = max(self.min_capacity, n)
@@ -81,9 +121,48 @@ class TargetTrackingState:
     desired: int
     """The variant's desired instance count, booting instances included."""
     datapoints: tuple[float, ...] = ()
-    """Recent metric values (invocations per instance per minute), oldest first."""
+    """Metric values the alarm has seen (invocations per instance per minute), oldest first."""
     last_scale_out_s: float = -math.inf
+    """When the scale-out cooldown began (the decision, or the activity's completion)."""
     last_scale_in_s: float = -math.inf
+    pending: tuple[tuple[float, float, float], ...] = ()
+    """Datapoints not yet visible to the alarm: (visible at, metric, invocations)."""
+    latest_invocations: float = 0.0
+    """The invocations of the newest datapoint the alarm has seen."""
+    activity: Activity | None = None
+    """A scaling activity started and not yet seen complete (cooldown from completion)."""
+
+
+def _see(
+    cfg: TargetTrackingConfig, state: TargetTrackingState, now_s: float, metric: float, inv: float
+) -> TargetTrackingState:
+    """Add the newest datapoint; move those visible by ``now_s`` to what the alarm sees."""
+    pending = (*state.pending, (now_s + cfg.metric_delay_s, metric, inv))
+    seen = [p for p in pending if p[0] <= now_s + 1e-9]
+    if not seen:
+        return replace(state, pending=pending)
+    keep = max(cfg.datapoints_out, cfg.datapoints_in)
+    return replace(
+        state,
+        datapoints=(*state.datapoints, *(m for _, m, _ in seen))[-keep:],
+        pending=tuple(p for p in pending if p[0] > now_s + 1e-9),
+        latest_invocations=seen[-1][2],
+    )
+
+
+def _complete(
+    state: TargetTrackingState,
+    now_s: float,
+    updating: bool,
+    update_done_s: float | None,
+) -> TargetTrackingState:
+    """Close a scaling activity the endpoint has finished; its cooldown starts then."""
+    if state.activity is None or updating:
+        return state
+    done = now_s if update_done_s is None else min(update_done_s, now_s)
+    if state.activity == "out":
+        return replace(state, activity=None, last_scale_out_s=done)
+    return replace(state, activity=None, last_scale_in_s=done)
 
 
 def target_tracking_step(
@@ -93,38 +172,66 @@ def target_tracking_step(
     now_s: float,
     invocations_last_minute: float,
     in_service: int,
+    updating: bool = False,
+    update_done_s: float | None = None,
 ) -> tuple[int, TargetTrackingState]:
-    """Feed one 1-minute datapoint (the minute ending at ``now_s``); returns the desired count."""
+    """Feed one 1-minute datapoint (the minute ending at ``now_s``); returns the desired count.
+
+    ``updating``: the endpoint is updating now (instances of the last scaling
+    activity not yet in service); ``update_done_s``: when it last finished one
+    (default ``now_s``). Both matter only with ``cooldown_from_completion`` or
+    ``block_while_updating``.
+    """
     if invocations_last_minute < 0 or in_service < 0:
         raise ValueError("invocations and in-service instances must be non-negative")
     target = cfg.target_invocations_per_instance
-    metric = invocations_last_minute / max(in_service, 1)
-    keep = max(cfg.datapoints_out, cfg.datapoints_in)
-    points = (*state.datapoints, metric)[-keep:]
+    state = _see(
+        cfg, state, now_s, invocations_last_minute / max(in_service, 1), invocations_last_minute
+    )
+    if cfg.cooldown_from_completion:
+        state = _complete(state, now_s, updating, update_done_s)
     current = cfg.clamp(state.desired)
-    out_cooling = now_s - state.last_scale_out_s < cfg.scale_out_cooldown_s
-    in_cooling = now_s - state.last_scale_in_s < cfg.scale_in_cooldown_s
+    state = replace(state, desired=current)
+    if updating and cfg.block_while_updating:
+        return current, state
+    points = state.datapoints
+    metric = points[-1] if points else 0.0
+    out_cooling = state.activity == "out" or (
+        now_s - state.last_scale_out_s < cfg.scale_out_cooldown_s
+    )
+    in_cooling = state.activity == "in" or now_s - state.last_scale_in_s < cfg.scale_in_cooldown_s
     high = len(points) >= cfg.datapoints_out and all(
         p > target for p in points[-cfg.datapoints_out :]
     )
     low = len(points) >= cfg.datapoints_in and all(
         p < cfg.scale_in_fraction * target for p in points[-cfg.datapoints_in :]
     )
+    from_completion = cfg.cooldown_from_completion
     if high:
         # In a scale-out cooldown the capacity already added counts: size from the
         # load alone, and act only if that is larger than what is already coming.
-        load = invocations_last_minute if out_cooling else current * metric
+        load = state.latest_invocations if out_cooling else current * metric
         want = cfg.clamp(math.ceil(load / target - 1e-9))
         if want > current:
-            return want, TargetTrackingState(want, points, now_s, -math.inf)
+            # A scale-out ends a scale-in cooldown at once.
+            return want, replace(
+                state,
+                desired=want,
+                last_scale_out_s=state.last_scale_out_s if from_completion else now_s,
+                last_scale_in_s=-math.inf,
+                activity="out" if from_completion else None,
+            )
     elif low and not out_cooling and not in_cooling:
         # Remove only the surplus: what is left keeps the latest metric at the target.
         want = cfg.clamp(math.ceil(current * metric / target - 1e-9))
         if want < current:
-            return want, TargetTrackingState(want, points, state.last_scale_out_s, now_s)
-    return current, TargetTrackingState(
-        current, points, state.last_scale_out_s, state.last_scale_in_s
-    )
+            return want, replace(
+                state,
+                desired=want,
+                last_scale_in_s=state.last_scale_in_s if from_completion else now_s,
+                activity="in" if from_completion else None,
+            )
+    return current, state
 
 
 def config_for(
@@ -135,10 +242,14 @@ def config_for(
     scale_in_cooldown_s: float = DEFAULT_COOLDOWN_S,
     min_capacity: int = 1,
     max_capacity: int | None = None,
+    metric_delay_s: float = 0.0,
+    cooldown_from_completion: bool = False,
+    block_while_updating: bool = False,
 ) -> TargetTrackingConfig:
     """The paper's baseline for an instance that sustains ``capacity_rps``: target =
     capacity × 60 / over_provision invocations per instance per minute (AWS's
-    ``MAX_RPS × SAFETY_FACTOR × 60`` with safety factor 1 / over_provision)."""
+    ``MAX_RPS × SAFETY_FACTOR × 60`` with safety factor 1 / over_provision). By
+    default the kinder version: no metric delay, cooldowns from the decision."""
     if not capacity_rps > 0 or not over_provision >= 1:
         raise ValueError(
             f"need capacity > 0 and over-provision >= 1, got {capacity_rps}, {over_provision}"
@@ -149,6 +260,28 @@ def config_for(
         scale_in_cooldown_s=scale_in_cooldown_s,
         min_capacity=min_capacity,
         max_capacity=max_capacity,
+        metric_delay_s=metric_delay_s,
+        cooldown_from_completion=cooldown_from_completion,
+        block_while_updating=block_while_updating,
+    )
+
+
+def sagemaker_config_for(
+    capacity_rps: float,
+    over_provision: float = 2.0,
+    *,
+    metric_delay_s: float = DEFAULT_METRIC_DELAY_S,
+    max_capacity: int | None = None,
+) -> TargetTrackingConfig:
+    """``config_for`` as SageMaker behaves: the metric reaches the alarm ``metric_delay_s``
+    after its minute, cooldowns run from completion, no re-scaling while updating."""
+    return config_for(
+        capacity_rps,
+        over_provision,
+        max_capacity=max_capacity,
+        metric_delay_s=metric_delay_s,
+        cooldown_from_completion=True,
+        block_while_updating=True,
     )
 
 
@@ -181,6 +314,7 @@ def simulate(
     state = TargetTrackingState(desired=len(live))
     in_service: list[int] = []
     provisioned: list[int] = []
+    done_at = 0.0  # when the endpoint last finished an update
     n = len(per_minute_invocations)
     for k, invocations in enumerate(per_minute_invocations):
         start = 60.0 * k
@@ -190,11 +324,21 @@ def simulate(
         if k == n - 1:
             break
         now = start + 60.0
+        updating = any(ready > now for _, ready in live)
         desired, state = target_tracking_step(
-            cfg, state, now_s=now, invocations_last_minute=invocations, in_service=serving
+            cfg,
+            state,
+            now_s=now,
+            invocations_last_minute=invocations,
+            in_service=serving,
+            updating=updating,
+            update_done_s=None if updating else done_at,
         )
         if desired > len(live):
             live += [(now, now + boot_s)] * (desired - len(live))
+            done_at = now + boot_s
+        elif desired < len(live):
+            done_at = now  # scale-in completes at once
         while desired < len(live):
             launched, _ = live.pop()  # newest last: booting ones go first
             runs.append((launched, now))

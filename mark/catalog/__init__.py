@@ -2,8 +2,10 @@
 
 The planner asks the catalog (``catalog.offerings(accelerator="gpu").cheapest()``);
 it never parses price tables. Data ships inside the package (see ``data/README.md``).
+SageMaker's ml.* hosting prices, for the baseline, are in ``hosting``.
 """
 
+from mark.catalog.hosting import HostingPrice, HostingPrices, load_hosting_prices
 from mark.catalog.model import (
     Accelerator,
     Catalog,
@@ -18,10 +20,13 @@ from mark.catalog.model import (
 __all__ = [
     "Accelerator",
     "Catalog",
+    "HostingPrice",
+    "HostingPrices",
     "InstanceType",
     "LambdaPrices",
     "Market",
     "Offering",
     "Offerings",
     "load_catalog",
+    "load_hosting_prices",
 ]

@@ -1,5 +1,5 @@
 """`mark report`: what serving cost, by model, type, component and day, and what the
-paper's SageMaker baseline would have cost for the same load."""
+paper's SageMaker baseline would have cost for the same load (at ml.* hosting prices)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from mark.catalog import Market, load_catalog
+from mark.catalog import Market, load_catalog, load_hosting_prices
 from mark.cli.context import console, err_console, fail, run_async, state
 from mark.config import Settings
 from mark.errors import UnknownOffering
@@ -58,9 +58,16 @@ def _counterfactuals(
     from mark.report.capacity import NoCapacity, baseline_capacity, boot_s
 
     catalog = load_catalog()
-    price = catalog.offering(instance_type, Market.ON_DEMAND).price_per_hour
     out: list[Counterfactual] = []
     notes: list[str] = []
+    prices = load_hosting_prices()
+    try:
+        hosting = prices.price(instance_type)
+    except UnknownOffering as exc:
+        priced = ", ".join(prices.offered())
+        return [], [f"no counterfactual: {exc}; give --baseline-type (priced: {priced})"]
+    price = hosting.price_per_hour
+    price_source = hosting.rule if hosting.derived and hosting.rule else hosting.source
     for name in models:
         windows = data.arrivals.get(name, [])
         if not windows:
@@ -85,6 +92,7 @@ def _counterfactuals(
             capacity_source=source,
             boot_s=boot_s(settings),
             over_provision=over_provision,
+            price_source=price_source,
         )
         if cf is not None:
             out.append(cf)
@@ -106,7 +114,8 @@ def report(
     ),
     baseline_type: str | None = typer.Option(
         None,
-        help="instance type of the SageMaker-style baseline (default: the first offering type)",
+        help="EC2 type of the SageMaker baseline's ml.* instance, e.g. c5.large for "
+        "ml.c5.large (default: the first offering type); it needs an ml.* hosting price",
     ),
     baseline_rps: float | None = typer.Option(
         None,
@@ -129,12 +138,13 @@ def report(
     and shown as "accruing". In the local world those instances ended when the daemon
     stopped, so give --until to price a finished local run.
 
-    The counterfactual replays the requests recorded per minute through target
-    tracking on --baseline-type (target = capacity × 60 / over-provision invocations
-    per instance per minute, 3 minutes to scale out, 15 to scale in, 300 s cooldowns),
+    The counterfactual replays the requests recorded per minute through SageMaker
+    target tracking on ml.<--baseline-type> (target = capacity × 60 / over-provision
+    invocations per instance per minute, 3 minutes to scale out, 15 to scale in, 300 s
+    cooldowns from when the scaling completes, the metric seen 60 s after its minute),
     with the capacity the controller plans with (a profile saved by `mark profile`, or
-    measured now), priced at the EC2 on-demand price: SageMaker's ml.* instances cost
-    more, so this understates the saving.
+    measured now), priced at SageMaker's ml.* real-time hosting price of the type (cited
+    or derived; see mark/catalog/data/README.md).
     """
     settings = state(ctx).settings()
     now = time.time()
@@ -146,6 +156,8 @@ def report(
     if not no_baseline:
         try:
             load_catalog().offering(itype, Market.ON_DEMAND)
+            if baseline_type is not None:
+                load_hosting_prices().price(itype)
         except UnknownOffering as exc:
             fail(f"--baseline-type: {exc}")
     configured = [m.name for m in settings.models]

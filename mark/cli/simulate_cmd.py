@@ -14,15 +14,17 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from mark.catalog import load_hosting_prices
 from mark.cli.context import console, err_console, run_async, state
-from mark.errors import ConfigError
+from mark.errors import ConfigError, UnknownOffering
 from mark.sim.bound import Bound
 from mark.sim.compare import compare, train_forecaster
 from mark.sim.models import PAPER_MODELS, paper_model
-from mark.sim.policies import POLICIES, parse_policies
+from mark.sim.policies import POLICIES, Policy, parse_policies
 from mark.sim.results import PolicyResult
 from mark.sim.run import SimConfig
 from mark.sim.workloads import Workload, mmpp_workload, surge_workload, trace_workload
+from provisioner.target_tracking import DEFAULT_METRIC_DELAY_S
 
 DEFAULT_START_DAY = {"twitter": 10.0, "nab": 30.0}
 
@@ -159,6 +161,53 @@ def _distinct_bounds(results: list[PolicyResult]) -> list[tuple[Bound, list[str]
     return out
 
 
+def _check_sagemaker_type(
+    itype: str, model: str, profiled: list[str], chosen: list[Policy]
+) -> None:
+    """--sagemaker-type must be profiled for the model and, for a policy that runs on
+    SageMaker, have an ml.* hosting price."""
+    if itype not in profiled:
+        raise ConfigError(
+            f"--sagemaker-type {itype!r}: {model} was profiled on {', '.join(profiled)}"
+        )
+    if any(p.hosting == "sagemaker" for p in chosen):
+        hosting = load_hosting_prices()
+        try:
+            hosting.price(itype)
+        except UnknownOffering as exc:
+            usable = [t for t in profiled if t in hosting.prices]
+            raise ConfigError(
+                f"--sagemaker-type {itype}: {exc}; the sagemaker policy can run {model} on "
+                f"{', '.join(usable) or 'none of its profiled types'} (ec2-target-tracking "
+                "runs on any EC2 type)"
+            ) from None
+
+
+TARGET_TRACKING = ("sagemaker", "ec2-target-tracking")
+
+
+def _baseline_notes(results: list[PolicyResult]) -> list[str]:
+    """Each target-tracking baseline's type and price, and its cost over every other policy."""
+    lines = []
+    for base in (r for r in results if r.policy in TARGET_TRACKING):
+        x = base.extra
+        if "ml_price_per_hour" in x:
+            lines.append(
+                f"{base.policy} runs on {x['sagemaker_type']} at ${x['ml_price_per_hour']:g}/h "
+                f"(ml.* hosting price, {x['ml_price_source']}); metric delay "
+                f"{x['metric_delay_s']:g} s, invocation timeout {x['invocation_timeout_s']:g} s"
+            )
+        elif "sagemaker_type" in x:
+            lines.append(f"{base.policy} runs on {x['sagemaker_type']} at its EC2 price")
+        for r in results:
+            if r.policy != base.policy and r.total_cost > 0:
+                lines.append(
+                    f"{base.policy} / {r.policy}: {base.total_cost / r.total_cost:.2f}× "
+                    f"(within RT_max: {r.within_slo:.2%} vs {base.within_slo:.2%})"
+                )
+    return lines
+
+
 def _csv(results: list[PolicyResult]) -> str:
     rows = []
     for r in results:
@@ -192,7 +241,7 @@ def simulate(
         "inception-v3", "--model", "-m", help=f"profiled model: {', '.join(PAPER_MODELS)}"
     ),
     policies: str = typer.Option(
-        "mark,mark-spot,sagemaker,clairvoyant",
+        "mark,mark-spot,sagemaker,ec2-target-tracking,clairvoyant",
         "--policies",
         "-p",
         help=f"comma-separated; known: {', '.join(POLICIES)}",
@@ -210,7 +259,18 @@ def simulate(
     ),
     interrupt_rate: float = typer.Option(0.0, help="spot interruptions per instance-hour"),
     sagemaker_type: str | None = typer.Option(
-        None, help="the sagemaker baseline's instance type (default: cheapest per request)"
+        None,
+        help="the target-tracking baselines' instance type, e.g. c5.xlarge (default: the "
+        "cheapest per request; for sagemaker among the types SageMaker offers at ml.* prices)",
+    ),
+    sagemaker_metric_delay_s: float = typer.Option(
+        DEFAULT_METRIC_DELAY_S,
+        min=0.0,
+        help="sagemaker: seconds from the end of a minute until its invocations reach the "
+        "scaling alarm (metric published per minute, alarm evaluated once a minute)",
+    ),
+    sagemaker_boot_s: float | None = typer.Option(
+        None, min=0.0, help="sagemaker: decision to InService, seconds (default: --boot-s)"
     ),
     boot_s: float = typer.Option(120.0, help="EC2 launch to serving, seconds"),
     warmup_s: float = typer.Option(900.0, help="simulated before the window, not counted"),
@@ -233,16 +293,15 @@ def simulate(
         raise ConfigError(f"--format {fmt!r}: use table, json or csv")
     chosen = parse_policies(policies, note=lambda msg: err_console.print(f"note: {msg}"))
     sim_model = paper_model(model)
-    if sagemaker_type is not None and sagemaker_type not in sim_model.latency:
-        raise ConfigError(
-            f"--sagemaker-type {sagemaker_type!r}: {model} was profiled on "
-            f"{', '.join(sorted(sim_model.latency))}"
-        )
+    if sagemaker_type is not None:
+        _check_sagemaker_type(sagemaker_type, model, sorted(sim_model.latency), chosen)
     cfg = SimConfig(
         boot_s=boot_s,
         warmup_s=warmup_s,
         seed=seed,
         sagemaker_type=sagemaker_type,
+        sagemaker_metric_delay_s=sagemaker_metric_delay_s,
+        sagemaker_boot_s=sagemaker_boot_s,
         interrupt_rate_per_hour=interrupt_rate,
         interruptions=parse_interruptions(interrupt),
     )
@@ -331,14 +390,8 @@ def simulate(
         sys.stdout.write(_csv(results))
     else:
         console.print(_table(results, title))
-        base = next((r for r in results if r.policy == "sagemaker"), None)
-        if base is not None:
-            for r in results:
-                if r.policy != "sagemaker" and r.total_cost > 0:
-                    console.print(
-                        f"sagemaker / {r.policy}: {base.total_cost / r.total_cost:.2f}× "
-                        f"(within RT_max: {r.within_slo:.2%} vs {base.within_slo:.2%})"
-                    )
+        for line in _baseline_notes(results):
+            console.print(line)
         for line in _bound_notes(results, sim_model.sl_min):
             console.print(line)
         for note in sim_model.notes:

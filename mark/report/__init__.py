@@ -2,8 +2,9 @@
 
 - ``aggregate``: ledger + instance events → priced charges → rows by day, model,
   type, component and status (pure).
-- ``counterfactual``: the same recorded load under SageMaker-style target
-  tracking (``provisioner.target_tracking``), priced per second (pure).
+- ``counterfactual``: the same recorded load under SageMaker target tracking
+  (``provisioner.target_tracking``, as SageMaker behaves), priced per second at
+  the ml.* hosting price (pure).
 - ``capacity``: the baseline type's capacity, as the controller computes it.
 - ``collect``: reads the store; ``render``: table, JSON, CSV, PNG.
 """

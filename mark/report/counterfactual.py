@@ -1,14 +1,17 @@
-"""What the same load would have cost under the paper's baseline: SageMaker-style
-target tracking with 2× over-provisioning on one instance type.
+"""What the same load would have cost under the paper's baseline: SageMaker target
+tracking with 2× over-provisioning on one instance type, as SageMaker users pay it.
 
 Pure: the store's arrival windows in, a priced replay of
 ``provisioner.target_tracking`` out. The load is the requests the daemon
 recorded per minute, from the start of the first sample window with arrivals
 to the end of the last (telemetry stores only windows that saw requests; a
-minute in between with none counts as zero). Instances are priced at the EC2 on-demand price of
-the type, per second with the 60 s minimum; SageMaker's ml.* instances cost
-more than the EC2 type they run on, so this understates what MArk saves.
-Latency is not modelled: the baseline is SLO-oblivious and simply serves late.
+minute in between with none counts as zero). The replay behaves as the
+simulator's ``sagemaker`` policy does (``sagemaker_config_for``: the alarm sees
+a minute's load 60 s late, cooldowns run from completion, no re-scaling while
+the endpoint updates). Instances are priced at the caller's price, the ml.*
+real-time hosting price of the type (``mark.catalog.hosting``), per second with
+the 60 s minimum. Latency is not modelled: the baseline is SLO-oblivious and
+simply serves late.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 
 from mark.billing import ec2_charge
 from mark.state.records import ArrivalWindow
-from provisioner.target_tracking import config_for, simulate
+from provisioner.target_tracking import DEFAULT_METRIC_DELAY_S, sagemaker_config_for, simulate
 
 
 def served_period(windows: Sequence[ArrivalWindow]) -> tuple[float, float] | None:
@@ -61,6 +64,9 @@ class Counterfactual:
     instance_seconds: float
     billed_seconds: float
     cost: float
+    price_source: str = ""
+    """Where ``price_per_hour`` comes from (for the ml.* price: a citation, or the rule)."""
+    metric_delay_s: float = DEFAULT_METRIC_DELAY_S
 
 
 def target_tracking_cost(
@@ -73,6 +79,8 @@ def target_tracking_cost(
     capacity_source: str,
     boot_s: float,
     over_provision: float = 2.0,
+    price_source: str = "",
+    metric_delay_s: float = DEFAULT_METRIC_DELAY_S,
 ) -> Counterfactual | None:
     """Replay target tracking over the served period; None when no load was recorded.
 
@@ -83,7 +91,7 @@ def target_tracking_cost(
     if period is None:
         return None
     start, end = period
-    cfg = config_for(capacity_rps, over_provision)
+    cfg = sagemaker_config_for(capacity_rps, over_provision, metric_delay_s=metric_delay_s)
     series = per_minute_invocations(windows, start, end)
     initial = max(
         cfg.min_capacity, math.ceil(series[0] / cfg.target_invocations_per_instance - 1e-9)
@@ -111,4 +119,6 @@ def target_tracking_cost(
         instance_seconds=sum(c.seconds for c in charges),
         billed_seconds=sum(c.billed_seconds for c in charges),
         cost=sum(c.cost for c in charges),
+        price_source=price_source,
+        metric_delay_s=metric_delay_s,
     )

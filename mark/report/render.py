@@ -45,8 +45,9 @@ PROVISIONED_NOTE = (
     "concurrency in flight"
 )
 SAGEMAKER_NOTE = (
-    "baseline priced at the EC2 on-demand price of its type; SageMaker's ml.* instances "
-    "cost more, so this understates the saving"
+    "baseline priced at the SageMaker ml.* real-time hosting price of its type (cited, or "
+    "derived from the family's markup over EC2: mark/catalog/data/README.md), scaled as "
+    "SageMaker does (metric seen a minute late, cooldowns from completion)"
 )
 
 
@@ -166,8 +167,9 @@ def print_report(console: Console, report: Report) -> None:
         mark = report.model_cost(c.model)
         ratio = f" ({c.cost / mark:.2f}× mark's ${mark:.6f})" if mark > 0 else ""
         console.print(
-            f"counterfactual {c.model}: SageMaker-style target tracking, "
-            f"{c.over_provision:g}× over-provisioned on {c.instance_type} "
+            f"counterfactual {c.model}: SageMaker target tracking, "
+            f"{c.over_provision:g}× over-provisioned on ml.{c.instance_type} "
+            f"at ${c.price_per_hour:g}/h "
             f"({c.capacity_rps:.1f} r/s each, {c.capacity_source}; target "
             f"{c.target_per_instance_per_minute:.0f} invocations/instance/min), "
             f"{c.requests} requests from {iso(c.start)} to {iso(c.end)}: "
@@ -223,7 +225,7 @@ def plot(report: Report, path: Path) -> Path:
         if stacks:
             ax.stackplot(x, *stacks, labels=components, alpha=0.8)
         if base:
-            ax.plot(x, cumulative(base), "k--", lw=1.2, label="SageMaker-style baseline")
+            ax.plot(x, cumulative(base), "k--", lw=1.2, label="SageMaker baseline (ml.* prices)")
         ax.set_xlabel(f"minutes since {iso(t0)}")
     else:
         ax.text(0.5, 0.5, "nothing charged in this period", ha="center", transform=ax.transAxes)

@@ -8,8 +8,12 @@ arrived (``fill``); the instance's Bouncer (``bouncer.admission.Backlog``, the
 queue state the agent keeps) admits what it can finish by the deadline; the
 rest spill at once to the simulated Lambda in chunks of ``SPILL_CHUNK``.
 Without a Bouncer (SageMaker-style serving, the no-Lambda ablation) an
-instance queues everything it is sent. A simulated batch takes exactly its
-profiled time, so it ends at the finish the Bouncer predicted.
+instance queues everything it is sent. With ``timeout_s`` (SageMaker's
+InvokeEndpoint gives up after 60 s) a request whose response would come later
+than that after it arrived fails: latency inf, counted ``FAILED``. The instance
+still spends the time on it (nothing tells a model server its client has gone).
+A simulated batch takes exactly its profiled time, so it ends at the finish the
+Bouncer predicted.
 
 The loop is written for speed (5.5 M requests a day): arrivals are read in
 slices, and results go to two numpy arrays (latency, and where each request
@@ -127,12 +131,15 @@ class Engine:
         lambda_latency: Callable[[int], float],
         *,
         bouncer: bool = True,
+        timeout_s: float | None = None,
     ) -> None:
+        """``timeout_s``: a response later than this after arrival fails (None: never)."""
         self.arr = arrivals
         self.rt = rt_max_s
         self.lam = lam
         self.lambda_latency = lambda_latency
         self.bouncer = bouncer
+        self.timeout = math.inf if timeout_s is None else timeout_s
         self.lat = np.full(arrivals.shape[0], np.nan)
         self.where = np.zeros(arrivals.shape[0], dtype=np.int8)
         self.i = 0
@@ -165,6 +172,7 @@ class Engine:
         rt = self.rt
         pools = self._pools
         bouncer = self.bouncer
+        timeout = self.timeout
         t_free = self.t_free
         k = 0
         while k < n_first:
@@ -200,8 +208,13 @@ class Engine:
                 srv.batches += 1
                 srv.served += len(adm.admitted)
                 for x in adm.admitted:
-                    lat[k + x] = fin - seg[k + x]
-                    where[k + x] = INSTANCE
+                    took = fin - seg[k + x]
+                    if took > timeout:
+                        lat[k + x] = math.inf
+                        where[k + x] = FAILED
+                    else:
+                        lat[k + x] = took
+                        where[k + x] = INSTANCE
             if adm.rejected:
                 self._spill(disp, seg, [k + x for x in adm.rejected], lat, where)
             pools[srv.itype].take(srv)

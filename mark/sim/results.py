@@ -92,9 +92,10 @@ class PolicyResult:
             "cost_standby": round(self.costs.get("standby", 0.0), 4),
             "cost_lambda": round(self.costs.get("lambda", 0.0), 4),
             "within_slo": round(self.within_slo, 5),
-            "p50_ms": round(self.p50_ms, 1),
-            "p95_ms": round(self.p95_ms, 1),
-            "p99_ms": round(self.p99_ms, 1),
+            # null when more than that share of requests failed (no finite latency)
+            "p50_ms": _round(self.p50_ms, 1),
+            "p95_ms": _round(self.p95_ms, 1),
+            "p99_ms": _round(self.p99_ms, 1),
             "spilled": self.spilled,
             "failed": self.failed,
             "instance_hours": {k: round(v, 3) for k, v in sorted(self.instance_hours.items())},

@@ -6,7 +6,8 @@ the driver of the policy's kind:
 - ``mark`` — the daemon's ``Controller`` (``mark.sim.drive_mark``);
 - ``clairvoyant`` — the instance-only clairvoyant MILP schedule
   (``mark.sim.drive_clairvoyant``);
-- ``sagemaker`` — target tracking on one type (``mark.sim.drive_sagemaker``).
+- ``sagemaker`` — target tracking on one type (``mark.sim.drive_sagemaker``),
+  as SageMaker (``sagemaker``) or on EC2 (``ec2-target-tracking``).
 
 Each driver advances the world with ``mark.sim.loop.run_loop``; the world
 prices what the fleet and Lambda did in the measured window.
@@ -30,6 +31,15 @@ from mark.sim.world import Progress, SimConfig, SimWorld
 from predictor.base import Forecaster
 
 __all__ = ["Progress", "SimConfig", "Simulation"]
+
+
+def fleet_boot_s(policy: Policy, cfg: SimConfig) -> float | None:
+    """Launch → serving in the policy's world (None: ``cfg.boot_s``)."""
+    if policy.kind == "clairvoyant":
+        return FLEET_BOOT_S
+    if policy.hosting == "sagemaker":
+        return cfg.sagemaker_boot_s
+    return None
 
 
 class Simulation:
@@ -59,7 +69,7 @@ class Simulation:
             catalog=catalog,
             progress=progress,
             store=store,
-            fleet_boot_s=FLEET_BOOT_S if policy.kind == "clairvoyant" else None,
+            fleet_boot_s=fleet_boot_s(policy, cfg),
         )
 
     @property

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from bouncer.latency import BatchLatency
 from mark.billing import ec2_charge
-from mark.catalog import Catalog, Market, load_catalog
+from mark.catalog import Catalog, HostingPrices, Market, load_catalog, load_hosting_prices
 from mark.control import build_options
 from mark.errors import ConfigError
 from mark.ports import InstanceInfo, InstanceRole, InstanceState, Store
@@ -38,6 +38,7 @@ from mark.sim.workloads import Workload
 from mark.state.records import ArrivalWindow
 from provisioner.batching import serving_batching
 from provisioner.greedy import PlannerOption
+from provisioner.target_tracking import DEFAULT_METRIC_DELAY_S
 
 Progress = Callable[[float], None]  # fraction of simulated time done
 Extra = dict[str, float | int | bool | str]  # what a driver adds to a result's extras
@@ -61,6 +62,15 @@ class SimConfig:
     lambda_keep_warm_s: float = 600.0
     sagemaker_type: str | None = None  # None: the cheapest per request that meets RT_max
     over_provision: float = 2.0
+    # The sagemaker policy (SageMaker as users pay it; provisioner.target_tracking):
+    # a minute's invocations reach its alarm this long after the minute (metric
+    # published per minute, alarm evaluated once a minute) ...
+    sagemaker_metric_delay_s: float = DEFAULT_METRIC_DELAY_S
+    # ... a response later than this after the request fails (InvokeEndpoint's 60 s) ...
+    sagemaker_invocation_timeout_s: float = 60.0
+    # ... and a new ml.* instance is InService this long after the decision (None: boot_s;
+    # AWS publishes no figure).
+    sagemaker_boot_s: float | None = None
     interrupt_rate_per_hour: float = 0.0  # per spot instance-hour
     interruptions: tuple[tuple[float, float], ...] = ()  # (s after t0, fraction of spot fleet)
     seed: int = 0
@@ -136,12 +146,17 @@ class SimWorld:
             concurrency=cfg.lambda_concurrency,
             keep_warm_s=cfg.lambda_keep_warm_s,
         )
+        self.hosting: HostingPrices | None = (
+            load_hosting_prices() if policy.hosting == "sagemaker" else None
+        )
+        """SageMaker's ml.* prices, when the policy pays them for its on-demand runs."""
         self.engine = Engine(
             arrivals,
             model.rt_max_s,
             self.lam if policy.spill else None,
             model.lambda_latency,
             bouncer=policy.spill,
+            timeout_s=cfg.sagemaker_invocation_timeout_s if self.hosting is not None else None,
         )
         boot = cfg.boot_s if fleet_boot_s is None else fleet_boot_s
         self.fleet = SimFleet(
@@ -259,6 +274,13 @@ class SimWorld:
 
     # -- the bill ------------------------------------------------------------
 
+    def price_per_hour(self, instance_type: str, market: str) -> float:
+        """What an hour of the offering costs this policy: the ml.* hosting price for a
+        SageMaker policy's on-demand runs, else the catalog's EC2 price."""
+        if self.hosting is not None and market == Market.ON_DEMAND.value:
+            return self.hosting.price(instance_type).price_per_hour
+        return self.catalog.offering(instance_type, market).price_per_hour
+
     def result(self, extra: Extra | None = None) -> PolicyResult:
         """The measured window priced: EC2 by the second per run, Lambda by GB-second."""
         costs = {"on-demand": 0.0, "spot": 0.0, "standby": 0.0}
@@ -268,8 +290,7 @@ class SimWorld:
             start, end = max(run.start, self.t0), min(end, self.t_end)
             if end <= start:
                 continue
-            price = self.catalog.offering(run.instance_type, run.market).price_per_hour
-            charge = ec2_charge(price, start, end)
+            charge = ec2_charge(self.price_per_hour(run.instance_type, run.market), start, end)
             part = "standby" if run.role == InstanceRole.STANDBY.value else run.market
             costs[part] += charge.cost
             hours[run.instance_type] = hours.get(run.instance_type, 0.0) + (end - start) / 3600

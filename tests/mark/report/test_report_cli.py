@@ -92,12 +92,15 @@ async def test_report_json_totals_and_counterfactual_match_hand_sums(
     )
     assert t["cost"] == pytest.approx(on_demand + standby + spot + lam)
     assert t["accruing"] == pytest.approx(spot)
-    # 600 requests/min, 10 r/s per instance at 2x: target 300/min -> 2 c5.large for 180 s
+    # 600 requests/min, 10 r/s per instance at 2x: target 300/min -> 2 ml.c5.large for
+    # 180 s, at the ml.c5.large hosting price (derived: c5 markup 1.2 × EC2 0.085 = 0.102)
     (cf,) = doc["counterfactual"]
     assert (cf["instance_type"], cf["requests"], cf["peak_instances"]) == ("c5.large", 1800, 2)
-    assert cf["cost"] == pytest.approx(2 * 180 * 0.085 / 3600)
+    assert cf["price_per_hour"] == pytest.approx(0.102)
+    assert cf["cost"] == pytest.approx(2 * 180 * 0.102 / 3600)
+    assert "c5 markup 1.2" in cf["price_source"]
     assert cf["mark_cost"] == pytest.approx(t["cost"])
-    assert any("understates the saving" in n for n in doc["notes"])
+    assert any("ml.* real-time hosting price" in n for n in doc["notes"])
 
     csv_out = mark("--until", UNTIL, "--format", "csv", "--no-baseline", db_url=db_url,
                    data_dir=tmp_path)  # fmt: skip
@@ -118,6 +121,7 @@ async def test_report_json_totals_and_counterfactual_match_hand_sums(
         (("--until", "2024-02-30"), "--until '2024-02-30' is not an ISO date"),
         (("--since", "2024-05-02", "--until", "2024-05-01"), "must be before"),
         (("--baseline-type", "zz.top"), "unknown instance type 'zz.top'"),
+        (("--baseline-type", "p2.xlarge"), "no SageMaker ml.* hosting price for p2.xlarge"),
     ],
 )
 def test_bad_input_ends_in_one_line_and_exit_2(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bouncer.latency import BatchLatency
-from mark.catalog import load_catalog
+from mark.catalog import load_catalog, load_hosting_prices
 from mark.sim.memstore import MemoryStore
 from mark.sim.models import SimModel, paper_model
 from mark.sim.policies import POLICIES
@@ -40,17 +40,26 @@ def _workload(rates: np.ndarray, seconds: int) -> Workload:
     return Workload("tiny", per_second, EPOCH, HISTORY_S, seconds)
 
 
-async def test_constant_load_on_one_instance_costs_its_price_and_answers_in_t1() -> None:
-    """A request every 2 s, exactly; SageMaker keeps its single c5.large (C = 1.87 r/s
-    within the SLO, so the 2× target is 56 a minute and the load is 30), the hour costs
-    the c5.large price and every request takes T_1 = 200 ms."""
+@pytest.mark.parametrize(
+    ("policy", "price"),
+    [
+        ("ec2-target-tracking", load_catalog().offering("c5.large", "on-demand").price_per_hour),
+        ("sagemaker", load_hosting_prices().price("c5.large").price_per_hour),  # ml.c5.large
+    ],
+)
+async def test_constant_load_on_one_instance_costs_its_price_and_answers_in_t1(
+    policy: str, price: float
+) -> None:
+    """A request every 2 s, exactly; target tracking keeps its single c5.large (C = 1.87
+    r/s within the SLO, so the 2× target is 56 a minute and the load is 30), the hour
+    costs the c5.large price (EC2, or ml.* for sagemaker) and every request takes T_1 =
+    200 ms."""
     seconds = 3600
     w = _workload(np.full(seconds, 0.5), seconds)
     cfg = SimConfig(warmup_s=600, sagemaker_type="c5.large")
     arrivals = np.arange(w.t0 - cfg.warmup_s, w.t0 + seconds, 2.0)
-    sim = Simulation(w, _model(), POLICIES["sagemaker"], cfg, arrivals=arrivals)
+    sim = Simulation(w, _model(), POLICIES[policy], cfg, arrivals=arrivals)
     r = await sim.run()
-    price = load_catalog().offering("c5.large", "on-demand").price_per_hour
     assert r.requests == seconds // 2
     assert r.costs["on-demand"] == pytest.approx(price * 1.0)
     assert r.costs["lambda"] == 0.0
