@@ -391,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--threads must be at least 1, got {args.threads}")
         shape = tuple(int(d) for d in args.input_shape.split(","))
         latency = BatchLatency.parse(args.latency) if args.latency else None
-        choice = choose_device(args.device, args.threads, args.neuron_artifact)
+        # An empty artifact (the stack's default) means none.
+        choice = choose_device(args.device, args.threads, args.neuron_artifact or None)
         log.log(
             logging.WARNING if choice.warning else logging.INFO, "device: %s", choice.describe()
         )

