@@ -11,7 +11,7 @@ test and run by the simulator exactly as by the daemon.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from provisioner.forecast_sanity import ForecastBounds
@@ -45,6 +45,8 @@ class Member:
     state: str  # EC2's names plus "ready"
     launched_at: float
     price_per_hour: float = 0.0
+    owner: str | None = None
+    """The cluster its ownership tag names (``mark:cluster``); None: untagged, never ours."""
 
     @property
     def key(self) -> OptionKey:
@@ -118,19 +120,53 @@ class ModelControl:
 
 
 @dataclass(frozen=True)
+class PendingStart:
+    """Standbys a spot notice wanted started that did not start (the cloud refused): the
+    next notice or control step tries again, until replacements could have booted."""
+
+    model: str
+    lost_rps: float
+    """The capacity the interrupted instance served, which the standbys are to carry."""
+    until: float
+    """Reclaim time + boot time: replacements serve by then, so standbys no longer help."""
+
+
+@dataclass(frozen=True)
 class ControlState:
-    """All control state: per model, plus the offerings avoided and the doomed instances."""
+    """All control state: per model, plus the offerings avoided, the doomed instances, the
+    standby starts still owed and the orphans seen. What a restart needs of it is saved
+    in the store (``mark.control.durable``)."""
 
     models: Mapping[str, ModelControl] = field(default_factory=dict)
     avoid: InterruptionMemory = field(default_factory=InterruptionMemory)
     doomed: Mapping[str, float] = field(default_factory=dict)
     """Instance id → when it is reclaimed (a spot notice came): planned without."""
+    pending_starts: Mapping[str, PendingStart] = field(default_factory=dict)
+    """Interrupted instance id → the standby start its notice still owes."""
+    orphans: Mapping[str, float] = field(default_factory=dict)
+    """Instance id → since when the orphan sweep has found it claimed by nothing."""
 
     def of(self, model: str) -> ModelControl:
         return self.models.get(model, ModelControl())
 
     def with_model(self, model: str, control: ModelControl) -> ControlState:
         return replace(self, models={**self.models, model: control})
+
+
+def forget_gone(
+    state: ControlState, listed: Collection[str], models: Collection[str] | None = None
+) -> ControlState:
+    """The state without what only concerned instances the cloud no longer lists (their
+    spot notices, their orphan clocks) or, given the configured ``models``, models no
+    longer configured. A standby start still owed stays until its end."""
+    doomed = {i: t for i, t in state.doomed.items() if i in listed}
+    orphans = {i: t for i, t in state.orphans.items() if i in listed}
+    per_model = dict(state.models)
+    pending = dict(state.pending_starts)
+    if models is not None:
+        per_model = {m: c for m, c in per_model.items() if m in models}
+        pending = {i: p for i, p in pending.items() if p.model in models}
+    return replace(state, models=per_model, doomed=doomed, pending_starts=pending, orphans=orphans)
 
 
 @dataclass(frozen=True)

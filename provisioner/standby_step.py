@@ -7,7 +7,9 @@ pool is sized to the spot capacity at risk (``provisioner.spot``); a notice
 starts the fewest standbys that cover what is lost and avoids the offering for
 a while; started standbys stop once ready replacements cover the load again,
 never before the interrupted instance is gone and replacements could have
-booted. Every launch or start passes the spend rails. Pure.
+booted. A start the cloud refuses is owed: the next notice or step tries again
+(``owed_standbys_step``) until replacements could have booted. Every launch or
+start passes the spend rails. Pure.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from provisioner.control_state import (
     Launch,
     Member,
     Note,
+    PendingStart,
     Snapshot,
     StepConfig,
 )
@@ -29,6 +32,7 @@ from provisioner.spot import (
     Standby,
     on_interruption_notice,
     standby_pool_size,
+    standbys_to_start,
     standbys_to_stop,
 )
 from provisioner.step import price_within_rails
@@ -109,6 +113,11 @@ class InterruptionStep:
     start: Change | None
     notes: tuple[Note, ...]
     state: ControlState
+    """The next state once the standbys have started (or when none are to start)."""
+    if_start_fails: ControlState
+    """The next state if the cloud refuses the start: the notice is remembered all the
+    same (the victim doomed, its offering avoided, standbys held) and the start is owed
+    (``ControlState.pending_starts``), so the next notice or step tries again."""
 
 
 def interruption_step(
@@ -119,7 +128,8 @@ def interruption_step(
     action_at: float | None,
 ) -> InterruptionStep | None:
     """A spot instance of ``snap.model`` will be reclaimed: start standbys, avoid its
-    offering, plan without it. None for an instance not in the fleet or already doomed."""
+    offering, plan without it. None for an instance not in the fleet or already doomed
+    (a standby start it still owes is ``owed_standbys_step``'s)."""
     victim = next((m for m in snap.fleet if m.instance_id == instance_id), None)
     if victim is None or instance_id in state.doomed:
         return None
@@ -127,24 +137,10 @@ def interruption_step(
     reclaim_at = action_at if action_at is not None else now + 120.0
     opt = next((o for o in snap.options if o.key == victim.key), None)
     lost = opt.capacity_rps if opt is not None else 0.0
-    stopped = [m for m in snap.mine() if m.role == "standby" and m.state == "stopped"]
     response = on_interruption_notice(
-        victim.key,
-        lost,
-        [Standby(m.instance_id, cfg.standby_capacity_rps) for m in stopped],
-        state.avoid,
-        now,
+        victim.key, lost, _stopped_standbys(snap, cfg), state.avoid, now
     )
-    start = list(response.start)
-    notes: list[Note] = []
-    if start:
-        by_id = {m.instance_id: m for m in stopped}
-        first = by_id[start[0]]
-        key = (first.instance_type, "on-demand")
-        allowed, notes = price_within_rails(
-            [(key, len(start), first.price_per_hour)], snap.spend(), cfg.limits
-        )
-        start = start[: allowed.get(key, 0)]
+    start, notes = _within_rails(snap, cfg, response.start)
     control = state.of(snap.model)
     # Standbys carry the lost capacity until the instance is gone and replacements,
     # launched now, have booted; only then may the load decide to stop them.
@@ -161,4 +157,96 @@ def interruption_step(
     )
     notes.append(Note("start-standby", why, instance_id=instance_id, count=len(start)))
     change = Change("start", snap.model, tuple(start), "standby started") if start else None
-    return InterruptionStep(victim, reclaim_at, change, tuple(notes), state)
+    owed = replace(
+        state,
+        pending_starts={
+            **state.pending_starts,
+            instance_id: PendingStart(snap.model, lost, reclaim_at + cfg.boot_s),
+        },
+    )
+    return InterruptionStep(
+        victim, reclaim_at, change, tuple(notes), state, owed if change is not None else state
+    )
+
+
+@dataclass(frozen=True)
+class StandbyRetry:
+    """Standby starts owed by earlier notices, tried again."""
+
+    start: Change | None
+    notes: tuple[Note, ...]
+    state: ControlState
+    """The next state once the standbys have started (or when none are to start)."""
+    if_start_fails: ControlState
+    """The next state if the cloud refuses again: still owed, until replacements serve."""
+
+
+def owed_standbys_step(snap: Snapshot, state: ControlState, cfg: StepConfig) -> StandbyRetry | None:
+    """Start the standbys earlier notices of ``snap.model`` wanted and the cloud refused.
+
+    What is owed covers the capacity those interrupted instances served; it is given up
+    once replacements could have booted (the notice's reclaim time + boot time), or
+    when no stopped standby is left to start. None when nothing is owed.
+    """
+    owed = {i: p for i, p in state.pending_starts.items() if p.model == snap.model}
+    if not owed:
+        return None
+    now = snap.now
+    over = {i for i, p in owed.items() if now >= p.until}
+    notes = [
+        Note(
+            "start-standby-abandoned",
+            f"standbys for the interrupted {iid} never started; replacements could have "
+            f"booted by t={owed[iid].until:g}",
+            instance_id=iid,
+        )
+        for iid in sorted(over)
+    ]
+    kept = {i: p for i, p in state.pending_starts.items() if i not in over}
+    if_fails = replace(state, pending_starts=kept)
+    due = {i: p for i, p in owed.items() if i not in over}
+    settled = replace(state, pending_starts={i: p for i, p in kept.items() if i not in due})
+    if not due:
+        return StandbyRetry(None, tuple(notes), settled, settled)
+    lost = sum(p.lost_rps for p in due.values())
+    start, rail = _within_rails(
+        snap, cfg, standbys_to_start(lost, _stopped_standbys(snap, cfg)).start
+    )
+    notes += rail
+    victims = ", ".join(sorted(due))
+    notes.append(
+        Note(
+            "start-standby",
+            f"retry for the interrupted {victims}: {lost:.1f} r/s lost, "
+            f"{len(start)} standby(s) started"
+            + ("" if start else " (no stopped standby left, or the spend rails allow none)"),
+            count=len(start),
+        )
+    )
+    if not start:
+        return StandbyRetry(None, tuple(notes), settled, settled)
+    change = Change("start", snap.model, tuple(start), "standby started (retry)")
+    return StandbyRetry(change, tuple(notes), settled, if_fails)
+
+
+def _stopped_standbys(snap: Snapshot, cfg: StepConfig) -> list[Standby]:
+    return [
+        Standby(m.instance_id, cfg.standby_capacity_rps)
+        for m in snap.mine()
+        if m.role == "standby" and m.state == "stopped"
+    ]
+
+
+def _within_rails(
+    snap: Snapshot, cfg: StepConfig, wanted: Sequence[str]
+) -> tuple[list[str], list[Note]]:
+    """The standbys of ``wanted`` the spend rails allow starting, and the rail hits."""
+    start = list(wanted)
+    if not start:
+        return [], []
+    first = next(m for m in snap.fleet if m.instance_id == start[0])
+    key = (first.instance_type, "on-demand")
+    allowed, notes = price_within_rails(
+        [(key, len(start), first.price_per_hour)], snap.spend(), cfg.limits
+    )
+    return start[: allowed.get(key, 0)], notes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 
@@ -9,11 +10,28 @@ import typer
 from rich.table import Table
 
 from mark.cli.context import console, fail, run_async, state
-from mark.state import open_store
+from mark.config import Settings
+from mark.ports import Store
+from mark.state import Decision, open_store
+
+ORPHAN_ACTIONS = frozenset({"orphan", "retire-orphan"})
+"""The orphan sweep's decisions (``provisioner.orphan_step``), recorded outside any plan."""
 
 
 def _when(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def orphans_at(store: Store, at: float) -> list[Decision]:
+    """The orphan sweep's decisions of the control step taken at ``at`` (every model's)."""
+    taken = await store.decisions(at, math.nextafter(at, math.inf))
+    return [d for d in taken if d.action in ORPHAN_ACTIONS]
+
+
+async def last_orphans(store: Store, settings: Settings) -> list[Decision]:
+    """The orphans the last control step found: its time is the newest plan's."""
+    newest = [p.at for m in settings.models for p in await store.plans(m.name, limit=1)]
+    return await orphans_at(store, max(newest)) if newest else []
 
 
 def status(
@@ -44,6 +62,7 @@ def status(
                 m.name: await store.latency_rollups(m.name, now - 60 * minutes, now)
                 for m in settings.models
             }
+            orphans = await last_orphans(store, settings)
         finally:
             await store.close()
         table = Table(title=f"fleet ({len(fleet)} instances)")
@@ -70,6 +89,15 @@ def status(
                 rated,
             )
         console.print(table)
+        if orphans:
+            out = Table(title=f"orphans at the last step ({len(orphans)}): claimed by nothing")
+            for col in ("instance", "model", "type", "decision", "why"):
+                out.add_column(col)
+            for d in orphans:
+                out.add_row(
+                    d.instance_id or "-", d.model, d.instance_type or "-", d.action, d.reason
+                )
+            console.print(out)
         lat = Table(title=f"last {minutes} minutes")
         for col in ("model", "requests", "p50 ms", "p99 ms", "within RT_max", "SL_min", "spilled"):
             lat.add_column(col, justify="right")
@@ -106,6 +134,7 @@ def plan(
         store = await open_store(settings.db_url)
         try:
             plans = await store.plans(name, limit=last)
+            orphans = {p.at: await orphans_at(store, p.at) for p in plans}
         finally:
             await store.close()
         if not plans:
@@ -124,6 +153,12 @@ def plan(
                     what = f": {d.instance_id}" if d.instance_id else ""
                 console.print(
                     f"  {d.action}{what}" + (f" — {d.reason}" if explain else ""), highlight=False
+                )
+            for d in orphans[p.at]:  # the cluster's, whichever model they were
+                console.print(
+                    f"  {d.action}: {d.instance_id} ({d.model or 'no model'})"
+                    + (f" — {d.reason}" if explain else ""),
+                    highlight=False,
                 )
             if explain:
                 for line in p.explanation.get("lines", []):

@@ -27,6 +27,7 @@ from mark.config.specs import (
     ApiSpec,
     AwsSpec,
     BudgetSpec,
+    ControlSpec,
     InputSchema,
     LocalSpec,
     ModelSpec,
@@ -86,6 +87,7 @@ class Settings(BaseSettings):
     predictor: PredictorSpec = PredictorSpec()
     planner: PlannerSpec = PlannerSpec()
     budget: BudgetSpec = BudgetSpec()
+    control: ControlSpec = ControlSpec()
 
     @field_validator("database_url")
     @classmethod

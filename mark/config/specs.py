@@ -259,6 +259,48 @@ class PlannerSpec(_Strict):
     explore_unprofiled: ExploreSpec = ExploreSpec()
 
 
+OrphanKind = Literal["removed-model", "beyond-pool"]
+_ORPHAN_KINDS: tuple[OrphanKind, ...] = ("removed-model", "beyond-pool")
+
+
+class ControlSpec(_Strict):
+    """What the control loop does beyond planning: the orphan sweep and the leader lease.
+
+    Every step the loop lists the cluster's tagged instances and reports those no
+    configured model, pool or step claims (decisions ``orphan``); it terminates those
+    of the kinds named here once they have been orphans for the grace. A ``true``
+    means every kind, ``false`` none. Instances without the cluster's tag are never
+    touched. One controller at a time acts: it holds a lease in the database, renewed
+    every step; another one sharing the database serves requests but plans nothing.
+    """
+
+    terminate_orphans: tuple[OrphanKind, ...] = Field(
+        default=("removed-model",),
+        description="orphan kinds terminated after the grace: removed-model (instances of "
+        "a model no longer configured), beyond-pool (stopped standbys beyond the pool)",
+    )
+    orphan_grace_s: float = Field(
+        default=600.0, ge=0, description="an instance is an orphan this long before it is ended"
+    )
+    leader_lease: bool = Field(
+        default=True, description="only the controller holding the database lease acts"
+    )
+    lease_ttl_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="a lease not renewed this long passes to another controller; default 3 × P_u",
+    )
+
+    @field_validator("terminate_orphans", mode="before")
+    @classmethod
+    def _all_or_none(cls, v: object) -> object:
+        if v is True:
+            return _ORPHAN_KINDS
+        if v is False or v is None:
+            return ()
+        return v
+
+
 class BudgetSpec(_Strict):
     """Spending rails: the control loop never starts capacity that would pay more than this.
 

@@ -5,7 +5,8 @@ load and forecasts it; ``snapshot`` turns ports into the values a step reads;
 ``step_runner`` carries one model's planning step out; ``reconcile`` acts on
 the fleet; ``recorder`` writes states, decisions, plans and the ledger;
 ``setup`` builds the options and predictors every world uses; ``profiles`` rates
-each offering from its best profile; ``health`` tracks what the agents report.
+each offering from its best profile; ``health`` tracks what the agents report;
+``durable`` saves the control state a restart needs and holds the leader lease.
 """
 
 from mark.control.controller import Controller

@@ -4,8 +4,13 @@ Three tasks ask it for decisions: the periodic step (every P_u), the SLO
 monitor (every few seconds) and spot notices. Each takes the same lock, so no
 two steps interleave across an ``await``: an instance cannot be retired or
 billed twice by a step and a notice racing each other. The decisions are the
-pure steps of ``provisioner.step`` and ``provisioner.standby_step``; this class
-reads their inputs from the ports and carries their outputs back out.
+pure steps of ``provisioner.step``, ``standby_step`` and ``orphan_step``; this
+class reads their inputs from the ports and carries their outputs back out.
+
+What a restart needs of the control state is saved in the store after every
+task and restored when the controller takes over (``adopt``); only the
+controller holding the cluster's lease in the database acts
+(``mark.control.durable``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 from mark.catalog import Catalog, load_catalog
 from mark.config import ModelSpec, Settings
 from mark.control.adopt import adopt_fleet
+from mark.control.durable import ControlStore, Durable, default_holder
 from mark.control.history import LoadHistory, cold_start_forecaster
 from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
@@ -26,6 +32,7 @@ from mark.control.snapshot import (
     explore_config,
     health_config,
     monitor_config,
+    orphan_config,
     snapshot,
     step_config,
 )
@@ -33,14 +40,16 @@ from mark.control.step_runner import (
     Exploration,
     StepResult,
     launch_backups,
+    retry_standby_starts,
     run_health_step,
     run_plan_step,
     start_standbys,
+    sweep_orphans,
 )
 from mark.ports import Clock, Fleet, InstanceInfo, InterruptionNotice, Store
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
-from provisioner.control_state import ControlState, StepConfig
+from provisioner.control_state import ControlState, Snapshot, StepConfig, forget_gone
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
@@ -77,7 +86,14 @@ class Controller:
         unavailable_ttl_s: float = UNAVAILABLE_OFFERING_TTL_S,
         fixed_hourly: float = 0.0,
         profile_sources: Mapping[str, Mapping[str, str]] | None = None,
+        cluster: str | None = None,
+        holder: str | None = None,
     ) -> None:
+        """``cluster``: the ownership tag's value (default: the fleet's ``cluster``, as
+        ``AwsFleet`` has it; None: no instance is provably ours, so no orphan sweep, and
+        no saved state or lease, which are per cluster). ``holder``: this controller's
+        lease holder id (default: host and data directory, so a restarted daemon takes
+        its own lease back at once)."""
         self.settings = settings
         self.fleet = fleet
         self.store = store
@@ -91,6 +107,22 @@ class Controller:
         self.unavailable_ttl_s = unavailable_ttl_s
         self.fixed_hourly = fixed_hourly
         self.state = ControlState()
+        self.cluster = cluster if cluster is not None else getattr(fleet, "cluster", None)
+        ctl = settings.control
+        # Saved state and lease are per cluster: without its name (the simulator's fleet),
+        # nothing is saved and no lease is needed.
+        durable = store if isinstance(store, ControlStore) and self.cluster is not None else None
+        self._durable = Durable(
+            durable,
+            self.cluster or "",
+            holder if holder is not None else default_holder(settings),
+            (ctl.lease_ttl_s or 3.0 * settings.timings.update_period_s)
+            if ctl.leader_lease
+            else None,
+        )
+        self._leading = False
+        self._looked = False
+        """Whether this controller acted at its last look at the lease, and has looked."""
         self.exploration = Exploration(
             explore_config(settings), explore_candidates(settings, self.catalog)
         )
@@ -150,15 +182,34 @@ class Controller:
         return (await self._parts.history.forecast(model, now, steps))[0]
 
     async def step(self, now: float) -> list[StepResult]:
-        """One planning step for every model."""
+        """One planning step for every model, then the orphan sweep; nothing (an empty
+        list) while another controller holds the lease."""
         async with self._lock:
-            return await self._step(now)
+            if not await self._lead(now):
+                return []
+            out = await self._step(now)
+            await self._durable.save(self.state, now)
+            return out
 
     async def _step(self, now: float) -> list[StepResult]:
         out = []
+        listed = await self.fleet.list()
+        configured = {m.name for m in self.settings.models}
+        self.state = forget_gone(self.state, {i.instance_id for i in listed}, configured)
         for spec in self.settings.models:
             # Listed again per model: the cluster's spend rail sees what earlier models bought.
             everything = await self.fleet.list()
+            if any(p.model == spec.name for p in self.state.pending_starts.values()):
+                started, self.state = await retry_standby_starts(
+                    self._snapshot(spec.name, now, everything),
+                    self.state,
+                    self.config_for(spec),
+                    everything,
+                    self._parts.recorder,
+                    self._parts.reconciler,
+                )
+                if started:
+                    everything = await self.fleet.list()
             view = self.health() if self.health is not None else None
             facts = view[0] if view is not None else None
             if view is not None:
@@ -192,7 +243,38 @@ class Controller:
                 self.exploration,
             )
             out.append(result)
+        await self._sweep(now)
         return out
+
+    async def _sweep(self, now: float) -> None:
+        """The orphan sweep over everything the cluster lists after this step's actions
+        (none without a cluster name: nothing is provably ours)."""
+        if self.cluster is None:
+            return
+        _, self.state = await sweep_orphans(
+            await self.fleet.list(),
+            now,
+            self.state,
+            orphan_config(
+                self.settings,
+                self.cluster,
+                self.options,
+                self.standby_capacity,
+                self.standby_loss_fraction,
+            ),
+            self._parts.recorder,
+            self._parts.reconciler,
+        )
+
+    def _snapshot(self, model: str, now: float, fleet: Sequence[InstanceInfo]) -> Snapshot:
+        return snapshot(
+            model,
+            now,
+            fleet,
+            self.price,
+            self.options.get(model, ()),
+            fixed_hourly=self.fixed_hourly,
+        )
 
     async def check_slo(self, now: float, latencies: Mapping[str, Sequence[float]]) -> list[str]:
         """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.
@@ -201,6 +283,8 @@ class Controller:
         (inf for failures). Returns the ids of the backups launched.
         """
         async with self._lock:
+            if not await self._may_act(now):
+                return []
             launched: list[str] = []
             for spec in self.settings.models:
                 monitor = monitor_config(self.settings, spec)
@@ -220,53 +304,84 @@ class Controller:
                     self._parts.recorder,
                     self._parts.reconciler,
                 )
+            await self._durable.save(self.state, now)  # writes only when the hold-off changed
             return launched
 
     async def on_interruption(self, notice: InterruptionNotice, now: float) -> list[str]:
         """A spot instance will be reclaimed (§4.5): start standbys at once, then re-plan.
 
-        Returns the standbys started. Notices for instances mark does not own, and
-        repeated notices, change nothing. If the standbys cannot be started, nothing
-        is remembered, so a repeated notice tries again.
+        Returns the standbys started. Notices for instances mark does not own (or of a
+        model no longer configured: the orphan sweep's), and repeated notices, change
+        nothing, except that a start the cloud refused is tried again: the notice is
+        remembered (the instance doomed, its offering avoided) and the start owed, so a
+        repeated notice, or else the next step, retries it.
         """
         async with self._lock:
+            if not await self._may_act(now):
+                return []
             fleet = await self.fleet.list()
             inst = next((i for i in fleet if i.instance_id == notice.instance_id), None)
             if inst is None or notice.kind != "interruption":
                 return []
-            res = interruption_step(
-                snapshot(
-                    inst.model,
-                    now,
-                    fleet,
-                    self.price,
-                    self.options.get(inst.model, ()),
-                    fixed_hourly=self.fixed_hourly,
-                ),
-                self.state,
-                self.config_for(self.settings.model(inst.model)),
-                inst.instance_id,
-                notice.action_at,
-            )
-            if res is None:
+            if inst.model not in {m.name for m in self.settings.models}:
                 return []
-            started, state = await start_standbys(
-                res, inst, fleet, now, self._parts.recorder, self._parts.reconciler
-            )
-            if state is None:
-                return []
-            self.state = state
-            await self._step(now)  # replacements now, avoiding the interrupted offering
+            snap = self._snapshot(inst.model, now, fleet)
+            cfg = self.config_for(self.settings.model(inst.model))
+            res = interruption_step(snap, self.state, cfg, inst.instance_id, notice.action_at)
+            if res is None:  # a repeat: only what an earlier notice still owes
+                started, self.state = await retry_standby_starts(
+                    snap, self.state, cfg, fleet, self._parts.recorder, self._parts.reconciler
+                )
+            else:
+                started, self.state = await start_standbys(
+                    res, inst, fleet, now, self._parts.recorder, self._parts.reconciler
+                )
+                await self._step(now)  # replacements now, avoiding the interrupted offering
+            await self._durable.save(self.state, now)
             return started
 
     async def adopt(self, now: float) -> list[InstanceInfo]:
         """Take over, after a (re)start, what the cloud's tags say this cluster owns
-        (``mark.control.adopt``); nothing is launched."""
+        (``mark.control.adopt``) and the control state saved before; nothing is launched.
+        While another controller holds the lease, nothing (the step takes over later)."""
         async with self._lock:
-            fleet, self.state = await adopt_fleet(
-                self.fleet, self.store, self._parts.recorder, self.settings, self.state, now
-            )
-            return fleet
+            if not await self._lead(now):
+                return []
+            return await self._take_over(now)
+
+    async def resign(self) -> None:
+        """Give the lease up at once (a clean stop), so a standby controller takes over
+        at its next step instead of after the lease runs out."""
+        async with self._lock:
+            await self._durable.resign()
+            self._leading = False
+
+    async def _may_act(self, now: float) -> bool:
+        """Whether to act between steps: the lease last taken still lasts, or it can be
+        taken now (the database is asked only when it does not)."""
+        return self._durable.leading(now) or await self._lead(now)
+
+    async def _lead(self, now: float) -> bool:
+        """Whether this controller may act now. Taking the lease from another controller
+        (not at start: the daemon calls ``adopt``) restores the saved state and adopts the
+        fleet first."""
+        leads = await self._durable.lead(now)
+        took_over = leads and not self._leading and self._looked
+        self._leading, self._looked = leads, True
+        if took_over:
+            await self._take_over(now)
+        return leads
+
+    async def _take_over(self, now: float) -> list[InstanceInfo]:
+        saved = await self._durable.restore(self.state)
+        if saved is not None:
+            self.state = saved
+        fleet, self.state = await adopt_fleet(
+            self.fleet, self.store, self._parts.recorder, self.settings, self.state, now
+        )
+        self.state = forget_gone(self.state, {i.instance_id for i in fleet})
+        await self._durable.save(self.state, now)
+        return fleet
 
     async def run(self, clock: Clock) -> None:
         """Repeat ``step`` every P_u until cancelled; a failed step is logged, not fatal."""

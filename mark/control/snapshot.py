@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mark.catalog import Catalog
+from mark.cloud.aws.instances import TAG_CLUSTER
 from mark.config import ModelSpec, Settings
 from mark.errors import UnknownOffering
 from mark.ports import InstanceInfo
@@ -15,6 +16,7 @@ from provisioner.forecast_sanity import ForecastBounds
 from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
 from provisioner.health_step import HealthConfig
+from provisioner.orphan_step import OrphanConfig, StandbyPool
 from provisioner.slo_monitor import SloMonitorConfig
 from provisioner.spend_rails import SpendLimits
 
@@ -31,6 +33,7 @@ def member(inst: InstanceInfo, price: Price) -> Member:
         inst.state.value,
         inst.launched_at,
         price(inst.instance_type, inst.market.value),
+        inst.tags.get(TAG_CLUSTER),
     )
 
 
@@ -98,6 +101,32 @@ def explore_candidates(settings: Settings, catalog: Catalog) -> list[Candidate]:
             if itype is not None:
                 out.append(Candidate(t, market.value, itype.accelerator.value, price))
     return out
+
+
+def orphan_config(
+    settings: Settings,
+    cluster: str | None,
+    options: Mapping[str, Sequence[PlannerOption]],
+    standby_capacity: Mapping[str, float],
+    loss_fraction: float,
+) -> OrphanConfig:
+    """The sweep's rules: the cluster's tag, every configured model's standby pool, the
+    grace and the kinds ``control.terminate_orphans`` lets it end."""
+    ctl = settings.control
+    pools = bool(settings.offerings.standby_types)  # none configured: no model keeps a pool
+    return OrphanConfig(
+        cluster,
+        {
+            m.name: StandbyPool(
+                tuple(options.get(m.name, ())),
+                standby_capacity.get(m.name, 0.0) if pools else 0.0,
+                loss_fraction,
+            )
+            for m in settings.models
+        },
+        ctl.orphan_grace_s,
+        frozenset(ctl.terminate_orphans),
+    )
 
 
 def monitor_config(settings: Settings, spec: ModelSpec) -> SloMonitorConfig:

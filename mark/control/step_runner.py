@@ -1,12 +1,13 @@
 """One model's planning step, carried out: forecast, ``plan_step``, launches (re-planning
 without an offering that ran out of capacity), retirements, exploration of unprofiled
-types, the standby pool, the plan recorded. The decisions are all pure steps; this is
-their order and their effects."""
+types, the standby pool, the plan recorded; and the control tasks around it: health
+replacements, standby starts (on a notice, and retried when owed), the orphan sweep,
+backups. The decisions are all pure steps; this is their order and their effects."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mark.config import ModelSpec
 from mark.control.history import LoadHistory
@@ -16,12 +17,13 @@ from mark.control.snapshot import members, snapshot
 from mark.errors import CloudError
 from mark.ports import InstanceInfo, InstanceRole, InstanceState
 from mark.state.records import PlanRecord
-from provisioner.control_state import ControlState, Note, Snapshot, StepConfig
+from provisioner.control_state import Change, ControlState, Note, Snapshot, StepConfig
 from provisioner.explore_step import Candidate, ExploreConfig, explore_step
 from provisioner.greedy import NoFeasibleOption, PlannerOption
 from provisioner.health_step import HealthConfig, HealthFact, health_step, with_readiness
+from provisioner.orphan_step import OrphanConfig, OrphanStep, orphan_step
 from provisioner.slo_monitor import BackupLaunch, SloMonitorConfig
-from provisioner.standby_step import InterruptionStep, standby_pool_step
+from provisioner.standby_step import InterruptionStep, owed_standbys_step, standby_pool_step
 from provisioner.step import PlanStep, avoid_offering, backup_launch, plan_step, retirements
 
 
@@ -223,23 +225,95 @@ async def start_standbys(
     now: float,
     recorder: Recorder,
     reconciler: Reconciler,
-) -> tuple[list[str], ControlState | None]:
+) -> tuple[list[str], ControlState]:
     """Carry out a spot notice's step: start the standbys, record, bill the victim to its
-    reclaim. The next state, or None if the start failed (a repeated notice tries again)."""
-    started = list(res.start.instance_ids) if res.start is not None else []
-    if started:
-        try:
-            await reconciler.start(started)
-        except CloudError as exc:
-            why = f"starting standbys for {victim.instance_id} failed: {exc}"
-            await recorder.record(victim.model, now, [Note("start-standby-failed", why)])
-            return [], None
-        by_id = {i.instance_id: i for i in fleet}
-        for iid in started:
-            await recorder.set_state(by_id[iid], InstanceState.PENDING, now, "standby started")
+    reclaim. The standbys started and the next state: if the start failed, the notice is
+    remembered all the same and the start is owed (the next notice or step retries)."""
+    started, ok = await _start(res.start, victim.model, fleet, now, recorder, reconciler)
     await recorder.record(victim.model, now, res.notes)
     await recorder.bill_retired(victim.model, [victim.instance_id], [victim], res.reclaim_at)
-    return started, res.state
+    return started, res.state if ok else res.if_start_fails
+
+
+async def retry_standby_starts(
+    snap: Snapshot,
+    state: ControlState,
+    cfg: StepConfig,
+    fleet: Sequence[InstanceInfo],
+    recorder: Recorder,
+    reconciler: Reconciler,
+) -> tuple[list[str], ControlState]:
+    """Start the standbys earlier notices of ``snap.model`` still owe (``owed_standbys_step``);
+    the standbys started and the next state."""
+    res = owed_standbys_step(snap, state, cfg)
+    if res is None:
+        return [], state
+    started, ok = await _start(res.start, snap.model, fleet, snap.now, recorder, reconciler)
+    await recorder.record(snap.model, snap.now, res.notes)
+    return started, res.state if ok else res.if_start_fails
+
+
+async def _start(
+    change: Change | None,
+    model: str,
+    fleet: Sequence[InstanceInfo],
+    now: float,
+    recorder: Recorder,
+    reconciler: Reconciler,
+) -> tuple[list[str], bool]:
+    """Start the standbys of ``change``; the ids started, and whether the cloud agreed."""
+    ids = list(change.instance_ids) if change is not None else []
+    if not ids:
+        return [], True
+    try:
+        await reconciler.start(ids)
+    except CloudError as exc:
+        why = f"starting standbys {ids} failed: {exc}; tried again at the next notice or step"
+        await recorder.record(model, now, [Note("start-standby-failed", why)])
+        return [], False
+    by_id = {i.instance_id: i for i in fleet}
+    for iid in ids:
+        await recorder.set_state(by_id[iid], InstanceState.PENDING, now, "standby started")
+    return ids, True
+
+
+async def sweep_orphans(
+    fleet: Sequence[InstanceInfo],
+    now: float,
+    state: ControlState,
+    cfg: OrphanConfig,
+    recorder: Recorder,
+    reconciler: Reconciler,
+) -> tuple[OrphanStep, ControlState]:
+    """The orphan sweep over every instance the cluster lists: each orphan recorded (a
+    decision under its own model), those ``orphan_step`` says terminated and billed."""
+    res = orphan_step(members(fleet, recorder.price), now, state, cfg)
+    state = res.state
+    notes: dict[str, list[Note]] = {}
+    for model, note in res.notes:
+        notes.setdefault(model, []).append(note)
+    infos = {i.instance_id: i for i in fleet}
+    for change in res.terminate:
+        error = await reconciler.terminate(change.instance_ids)
+        if error is not None:
+            # Still orphans, reported as such: the next step tries again (clocks kept).
+            failed = f"; terminating it failed ({error}), tried again at the next step"
+            notes[change.model] = [
+                replace(n, action="orphan", reason=n.reason + failed)
+                if n.instance_id in change.instance_ids
+                else n
+                for n in notes[change.model]
+            ]
+            continue
+        gone = [infos[i] for i in change.instance_ids]
+        await recorder.bill_retired(change.model, change.instance_ids, gone, now)
+        state = replace(
+            state,
+            orphans={i: t for i, t in state.orphans.items() if i not in change.instance_ids},
+        )
+    for model, ns in notes.items():
+        await recorder.record(model, now, ns)
+    return res, state
 
 
 async def launch_backups(

@@ -1,13 +1,15 @@
 """The state store: instances, telemetry roll-ups, plans and decisions, the cost ledger,
-API keys."""
+API keys, the control state and the leader lease."""
 
 from mark.state.records import (
     ApiKeyRecord,
     ArrivalWindow,
+    ControlStateRecord,
     Decision,
     InstanceEvent,
     InstanceRecord,
     LatencyRollup,
+    LeaseRecord,
     LedgerEntry,
     PlanRecord,
     ProfileRecord,
@@ -17,10 +19,12 @@ from mark.state.store import SqlStore, open_store
 __all__ = [
     "ApiKeyRecord",
     "ArrivalWindow",
+    "ControlStateRecord",
     "Decision",
     "InstanceEvent",
     "InstanceRecord",
     "LatencyRollup",
+    "LeaseRecord",
     "LedgerEntry",
     "PlanRecord",
     "ProfileRecord",

@@ -133,3 +133,24 @@ class ApiKeyRecord:
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class ControlStateRecord:
+    """The control state saved for a cluster: JSON in the layout ``version`` names."""
+
+    key: str
+    version: int
+    state: Mapping[str, Any]
+    saved_at: float
+    saved_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """Who may act for a cluster: ``holder``, since ``acquired_at``, until ``expires_at``."""
+
+    key: str
+    holder: str
+    acquired_at: float
+    expires_at: float

@@ -166,3 +166,27 @@ class ApiKeyRow(Base):
     revoked_at: Mapped[float | None] = mapped_column(Float)
     rate_rps: Mapped[float | None] = mapped_column(Float)
     max_concurrency: Mapped[int | None] = mapped_column(Integer)
+
+
+class ControlStateRow(Base):
+    """The control state a restarted controller needs (doomed instances, standby holds and
+    starts owed, the SLO hold-off, avoided offerings, orphan clocks), as versioned JSON."""
+
+    __tablename__ = "control_state"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)  # the cluster
+    version: Mapped[int] = mapped_column(Integer)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    saved_at: Mapped[float] = mapped_column(Float)
+    saved_by: Mapped[str | None] = mapped_column(String(200))
+
+
+class ControlLeaseRow(Base):
+    """Which controller may act for a cluster, until when (renewed every step)."""
+
+    __tablename__ = "control_lease"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)  # the cluster
+    holder: Mapped[str] = mapped_column(String(200))
+    acquired_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)

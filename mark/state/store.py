@@ -7,9 +7,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import event, select
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy import case, delete, event, or_, select, update
+from sqlalchemy.engine import CursorResult, make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     async_sessionmaker,
@@ -21,10 +21,12 @@ from mark.state import migrate
 from mark.state.records import (
     ApiKeyRecord,
     ArrivalWindow,
+    ControlStateRecord,
     Decision,
     InstanceEvent,
     InstanceRecord,
     LatencyRollup,
+    LeaseRecord,
     LedgerEntry,
     PlanRecord,
     ProfileRecord,
@@ -33,6 +35,8 @@ from mark.state.schema import (
     ApiKeyRow,
     ArrivalRow,
     Base,
+    ControlLeaseRow,
+    ControlStateRow,
     DecisionRow,
     InstanceEventRow,
     InstanceRow,
@@ -72,7 +76,8 @@ def make_engine(url: str) -> AsyncEngine:
 
 
 class SqlStore:
-    """Instances, telemetry roll-ups, plans and decisions, the cost ledger, API keys."""
+    """Instances, telemetry roll-ups, plans and decisions, the cost ledger, API keys, the
+    control state and the leader lease."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -406,6 +411,83 @@ class SqlStore:
             if row.revoked_at is None:
                 row.revoked_at = at
             return _api_key(row)
+
+    # -- control state and leader lease ------------------------------------
+
+    async def save_control_state(self, rec: ControlStateRecord) -> None:
+        """Keep the control state of ``rec.key`` (one row per cluster, replaced)."""
+        async with self._session.begin() as s:
+            row = await s.get(ControlStateRow, rec.key)
+            if row is None:
+                s.add(
+                    ControlStateRow(
+                        key=rec.key,
+                        version=rec.version,
+                        state=dict(rec.state),
+                        saved_at=rec.saved_at,
+                        saved_by=rec.saved_by,
+                    )
+                )
+            else:
+                row.version, row.state = rec.version, dict(rec.state)
+                row.saved_at, row.saved_by = rec.saved_at, rec.saved_by
+
+    async def control_state(self, key: str) -> ControlStateRecord | None:
+        """The control state last saved for ``key``; None if there is none."""
+        async with self._session() as s:
+            row = await s.get(ControlStateRow, key)
+        if row is None:
+            return None
+        return ControlStateRecord(row.key, row.version, dict(row.state), row.saved_at, row.saved_by)
+
+    async def acquire_lease(self, key: str, holder: str, now: float, ttl_s: float) -> LeaseRecord:
+        """Take or renew the lease on ``key`` for ``holder`` until ``now + ttl_s`` if it is
+        free, expired or already theirs; returns the lease as it stands (maybe another's).
+
+        One conditional UPDATE, then an INSERT if there was no row: of two controllers
+        racing, the database lets exactly one win (the other's UPDATE matches nothing once
+        the winner's commit is visible, or its INSERT breaks the primary key).
+        """
+        until = now + ttl_s
+        async with self._session.begin() as s:
+            result = await s.execute(
+                update(ControlLeaseRow)
+                .where(
+                    ControlLeaseRow.key == key,
+                    or_(ControlLeaseRow.holder == holder, ControlLeaseRow.expires_at <= now),
+                )
+                .values(
+                    acquired_at=case(
+                        (ControlLeaseRow.holder == holder, ControlLeaseRow.acquired_at),
+                        else_=now,
+                    ),
+                    holder=holder,
+                    expires_at=until,
+                )
+            )
+            taken = isinstance(result, CursorResult) and result.rowcount > 0
+        if not taken:
+            try:
+                async with self._session.begin() as s:
+                    s.add(
+                        ControlLeaseRow(key=key, holder=holder, acquired_at=now, expires_at=until)
+                    )
+            except IntegrityError:
+                pass  # another controller holds it (or just took it)
+        async with self._session() as s:
+            row = await s.get(ControlLeaseRow, key)
+        if row is None:  # released between the two statements: nobody holds it
+            return LeaseRecord(key, "", now, now)
+        return LeaseRecord(row.key, row.holder, row.acquired_at, row.expires_at)
+
+    async def release_lease(self, key: str, holder: str) -> None:
+        """Give the lease up at once (a clean stop), if ``holder`` holds it."""
+        async with self._session.begin() as s:
+            await s.execute(
+                delete(ControlLeaseRow).where(
+                    ControlLeaseRow.key == key, ControlLeaseRow.holder == holder
+                )
+            )
 
 
 def _api_key(r: ApiKeyRow) -> ApiKeyRecord:

@@ -119,7 +119,7 @@ def test_db_upgrade_migrates_a_postgres_database_by_url(pg_url: str) -> None:
     up = run("--set", f"database_url={pg_url}", "db", "upgrade")
     assert up.returncode == 0, up.stderr
     after = run("--set", f"database_url={pg_url}", "db", "current")
-    assert "database: 0003; code expects: 0003" in after.stdout
+    assert "database: 0004; code expects: 0004" in after.stdout
 
 
 def _free_port() -> int:

@@ -1,0 +1,233 @@
+"""What the control loop keeps across a restart, and who may act: the saved control state
+and the leader lease.
+
+The ``ControlState`` a step threads on (doomed instances, standby holds and starts
+owed, the SLO hold-off, avoided offerings, orphan clocks, when each model last
+explored) is saved in the store after every control task that changed it, as JSON
+with a version (``encode_state``/``decode_state``), and restored when a controller
+takes over (``Controller.adopt``). The SLO monitor's window of recent outcomes is
+not saved: it is per request, refills within M requests, and a restart only delays
+one verdict; its hold-off is saved. Times are the world's clock, so a restored
+deadline means the same moment.
+
+A controller acts only while it holds the cluster's lease in the database
+(``control.leader_lease``): taken or renewed at every step for ``lease_ttl_s``
+(default 3 × P_u); a controller that does not hold it plans, launches and records
+nothing, and takes over (restoring the state and adopting the fleet) once the
+holder has not renewed it in time. A restarted daemon keeps its holder id (the
+host and data directory), so it takes its own lease back at once.
+
+A store without these methods (the simulator's ``MemoryStore``), or a fleet without a
+cluster name (the simulator's), saves nothing and needs no lease: one controller, one
+run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from mark.config import Settings
+from mark.errors import StoreError
+from mark.state.records import ControlStateRecord, LeaseRecord
+from provisioner.control_state import ControlState, ModelControl, PendingStart
+from provisioner.slo_monitor import SloMonitorState
+from provisioner.spot import InterruptionMemory
+
+log = logging.getLogger("mark.control")
+
+STATE_VERSION = 1
+"""The layout ``encode_state`` writes; a saved state of another version is not read."""
+
+
+@runtime_checkable
+class ControlStore(Protocol):
+    """What saving the control state and holding the lease need of a store (``SqlStore``)."""
+
+    async def save_control_state(self, rec: ControlStateRecord) -> None: ...
+
+    async def control_state(self, key: str) -> ControlStateRecord | None: ...
+
+    async def acquire_lease(
+        self, key: str, holder: str, now: float, ttl_s: float
+    ) -> LeaseRecord: ...
+
+    async def release_lease(self, key: str, holder: str) -> None: ...
+
+
+# -- the state as JSON -------------------------------------------------------------
+
+
+def _t(x: float) -> float | None:
+    """A time as JSON: never-set (±inf) is null (JSON, and PostgreSQL's json, have no inf)."""
+    return x if math.isfinite(x) else None
+
+
+def _since(x: Any) -> float:
+    return -math.inf if x is None else float(x)
+
+
+def encode_state(state: ControlState) -> dict[str, Any]:
+    """The control state a restart needs, as plain JSON (``STATE_VERSION``'s layout)."""
+    return {
+        "models": {
+            name: {
+                "last_wanted": {i: t for i, t in sorted(c.last_wanted.items())},
+                "slo_holdoff_until": _t(c.slo.holdoff_until),
+                "hold_standbys_until": _t(c.hold_standbys_until),
+                "explored_at": _t(c.explored_at),
+            }
+            for name, c in sorted(state.models.items())
+        },
+        "avoid": [[k[0], k[1], t] for k, t in sorted(state.avoid.avoid_until.items())],
+        "doomed": dict(sorted(state.doomed.items())),
+        "pending_starts": {
+            i: {"model": p.model, "lost_rps": p.lost_rps, "until": p.until}
+            for i, p in sorted(state.pending_starts.items())
+        },
+        "orphans": dict(sorted(state.orphans.items())),
+    }
+
+
+def decode_state(data: Mapping[str, Any]) -> ControlState:
+    """``encode_state``'s JSON back; raises ``ValueError`` (or ``KeyError``/``TypeError``)
+    when it is not that layout."""
+    models = {
+        str(name): ModelControl(
+            last_wanted={str(i): float(t) for i, t in c["last_wanted"].items()},
+            slo=SloMonitorState((), _since(c["slo_holdoff_until"])),
+            hold_standbys_until=_since(c["hold_standbys_until"]),
+            explored_at=_since(c["explored_at"]),
+        )
+        for name, c in data["models"].items()
+    }
+    return ControlState(
+        models=models,
+        avoid=InterruptionMemory({(str(a), str(b)): float(t) for a, b, t in data["avoid"]}),
+        doomed={str(i): float(t) for i, t in data["doomed"].items()},
+        pending_starts={
+            str(i): PendingStart(str(p["model"]), float(p["lost_rps"]), float(p["until"]))
+            for i, p in data["pending_starts"].items()
+        },
+        orphans={str(i): float(t) for i, t in data["orphans"].items()},
+    )
+
+
+# -- saving, restoring, leading ---------------------------------------------------
+
+
+def default_holder(settings: Settings) -> str:
+    """This daemon's lease holder id: its host and data directory, the same after a restart."""
+    return f"{socket.gethostname()}:{os.path.abspath(settings.data_dir)}"[:200]
+
+
+@dataclass
+class Durable:
+    """Saves the control state, restores it, and holds the lease for one cluster."""
+
+    store: ControlStore | None
+    """None: nothing is saved and no lease is needed (the simulator's store)."""
+    key: str
+    """The cluster: one saved state and one lease each."""
+    holder: str
+    lease_ttl_s: float | None
+    """None: no lease, this controller always acts."""
+    _saved: dict[str, Any] | None = None
+    _until: float = -math.inf
+    _other: str | None = field(default=None)
+
+    async def lead(self, now: float) -> bool:
+        """Take or renew the lease; whether this controller may act now.
+
+        If the database cannot be reached, it acts while the lease it last renewed
+        lasts, and not after (another controller may then take over).
+        """
+        if self.store is None or self.lease_ttl_s is None:
+            return True
+        try:
+            lease = await self.store.acquire_lease(self.key, self.holder, now, self.lease_ttl_s)
+        except (StoreError, SQLAlchemyError, OSError) as exc:
+            log.warning("cannot renew the control lease: %s", exc)
+            return now < self._until
+        if lease.holder == self.holder:
+            if self._other is not None:
+                log.info("this controller took the control lease over from %s", self._other)
+            self._until, self._other = lease.expires_at, None
+            return True
+        if self._other != lease.holder:
+            log.info(
+                "controller %s holds the control lease until t=%.0f: this one plans nothing",
+                lease.holder,
+                lease.expires_at,
+            )
+        self._until, self._other = -math.inf, lease.holder
+        return False
+
+    def leading(self, now: float) -> bool:
+        """Whether the lease this controller last took still lasts (no database call)."""
+        return self.store is None or self.lease_ttl_s is None or now < self._until
+
+    async def resign(self) -> None:
+        """Give the lease up at once (a clean stop), so another controller need not wait."""
+        if self.store is None or self.lease_ttl_s is None or self._until == -math.inf:
+            return
+        try:
+            await self.store.release_lease(self.key, self.holder)
+        except (StoreError, SQLAlchemyError, OSError) as exc:
+            log.warning("cannot release the control lease: %s", exc)
+        self._until = -math.inf
+
+    async def restore(self, mine: ControlState | None = None) -> ControlState | None:
+        """The state last saved for the cluster, or None (none, unreadable, another version).
+        ``mine``: the state this controller holds, kept if the saved one is still what it
+        saved (or restored) itself: after losing the lease to an outage, what it holds may
+        be newer than what it could save."""
+        if self.store is None:
+            return None
+        try:
+            rec = await self.store.control_state(self.key)
+        except (StoreError, SQLAlchemyError, OSError) as exc:
+            log.warning("cannot read the saved control state; starting afresh: %s", exc)
+            return None
+        if rec is None:
+            return None
+        if mine is not None and self._saved is not None and rec.state == self._saved:
+            return mine
+        if rec.version != STATE_VERSION:
+            log.warning(
+                "saved control state is version %d, this mark reads %d; starting afresh",
+                rec.version,
+                STATE_VERSION,
+            )
+            return None
+        try:
+            state = decode_state(rec.state)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            log.warning("saved control state is unreadable (%r); starting afresh", exc)
+            return None
+        self._saved = encode_state(state)
+        return state
+
+    async def save(self, state: ControlState, now: float) -> None:
+        """Save the state if it changed since last saved; a failure is logged, not fatal
+        (the next task saves again)."""
+        if self.store is None:
+            return
+        data = encode_state(state)
+        if data == self._saved:
+            return
+        try:
+            await self.store.save_control_state(
+                ControlStateRecord(self.key, STATE_VERSION, data, now, self.holder)
+            )
+        except (StoreError, SQLAlchemyError, OSError) as exc:
+            log.warning("cannot save the control state: %s", exc)
+            return
+        self._saved = data
