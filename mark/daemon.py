@@ -10,6 +10,22 @@ to the Lambda function and publishes CloudWatch metrics. In both, a (re)start
 first adopts the fleet this cluster's tags say it owns. Telemetry is flushed to
 the store every P_s and Lambda charges to the ledger; the control loop runs
 every P_u.
+
+Start: the API listens at once (liveness answers), but readiness is false and
+inference is refused with 503 + ``Retry-After`` until the first agent sync has
+ended (bounded by ``api.sync_wait_s``), so a restarted daemon serves with the
+instances that run instead of spilling everything until its next sync; the
+control loop starts after that sync too, seeing which instances serve. With no
+agents (none running, or a world without them) the sync ends at once.
+
+Stop (SIGTERM, SIGINT, ``stop``): a drain. Readiness is false at once and new
+inference gets 503 + ``Retry-After``; the control loop and the world's jobs stop;
+what the endpoint took runs to its outcome (instances, spills; agent syncs go on)
+for at most ``api.drain_s``, by default the dispatcher's outcome bound + 1 s, by
+which every request taken has its outcome anyway; then the dispatchers close
+(whatever is left: an explicit error), the handlers write their answers, and
+everything the daemon opened is closed. Every request taken gets exactly one
+answer. A second signal cuts the drain short.
 """
 
 from __future__ import annotations
@@ -20,6 +36,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -36,6 +53,7 @@ from mark.ports import Fleet, Serverless
 from mark.serve.auth import KeyCache, first_key
 from mark.serve.dispatcher import Backend, Dispatcher
 from mark.serve.endpoint import STATE, Served, build_app
+from mark.serve.intake import Intake, Phase
 from mark.serve.telemetry import Telemetry
 from mark.state import ProfileRecord, SqlStore, open_store
 from mark.world import Agents, Job, World, open_world
@@ -46,6 +64,14 @@ log = logging.getLogger("mark.daemon")
 
 AGENT_STATES_FROM = ("pending", "running", "ready", "draining")
 """What an agent's report may change: never a stopping, stopped or terminated instance."""
+
+DRAIN_SLACK_S = 1.0
+"""Added to the dispatcher's outcome bound for the default drain: the handlers still
+encode their answers after the last outcome."""
+ANSWER_WAIT_S = 5.0
+"""After the dispatchers close, how long the handlers get to return what they were told."""
+SHUTDOWN_TIMEOUT_S = 5.0
+"""How long aiohttp waits for responses still being written once the listener closes."""
 
 
 def backend_for(
@@ -80,12 +106,26 @@ def serving(
     return models
 
 
+def drain_bound(settings: Settings, models: dict[str, Served]) -> float:
+    """How long a drain waits for the requests taken: ``api.drain_s``, else the slowest
+    model's outcome bound (every request taken has its outcome by then) + the slack."""
+    if settings.api.drain_s is not None:
+        return settings.api.drain_s
+    bounds = [s.dispatcher.outcome_bound_s for s in models.values() if s.dispatcher is not None]
+    return max(bounds, default=0.0) + DRAIN_SLACK_S
+
+
 async def start_api(
-    settings: Settings, models: dict[str, Served], keys: KeyCache | None = None
+    settings: Settings,
+    models: dict[str, Served],
+    keys: KeyCache | None = None,
+    intake: Intake | None = None,
 ) -> tuple[web.AppRunner, tuple[str, int]]:
     """The REST endpoint on ``settings.api``; returns the runner and the bound address."""
-    app = build_app(settings, models, keys=keys)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    app = build_app(settings, models, keys=keys, intake=intake)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
+    )
     await runner.setup()
     site = web.TCPSite(runner, settings.api.host, settings.api.port)
     await site.start()
@@ -105,7 +145,12 @@ class Running:
     runner: web.AppRunner
     url: str
     controller: Controller | None = None
+    intake: Intake = field(default_factory=Intake)
+    """The endpoint's phase (starting, open, draining) and the requests it has in hand."""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    """Stopped as a drain begins: the control loop and the world's jobs."""
+    serving_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    """Kept through the drain, stopped after it: agent syncs, key refresh, telemetry."""
     jobs: list[Job] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # model → the file it loads
     catalog: Catalog | None = None
@@ -282,11 +327,14 @@ async def start(settings: Settings) -> Running:
         raise
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
     models = serving(settings, clock.now, session, world.serverless)
-    runner, (host, port) = await start_api(settings, models, keys)
-    run = Running(settings, store, world, session, models, runner, f"http://{host}:{port}")
+    intake = Intake(Phase.STARTING)  # readiness false, inference refused: not synced yet
+    runner, (host, port) = await start_api(settings, models, keys, intake)
+    run = Running(
+        settings, store, world, session, models, runner, f"http://{host}:{port}", intake=intake
+    )
     run.sources, run.api_key, run.keys = sources, api_key, keys
     if keys is not None:
-        run.tasks.append(asyncio.create_task(keys.run(settings.api.key_refresh_s)))
+        run.serving_tasks.append(asyncio.create_task(keys.run(settings.api.key_refresh_s)))
 
     offered = settings.offerings
     catalog = await world.prices(
@@ -302,16 +350,20 @@ async def start(settings: Settings) -> Running:
         adopted = await run.controller.adopt(clock.now())
         if adopted:
             log.info("adopted %d instance(s) this cluster owns", len(adopted))
+    # Serve (and plan) with the instances that serve now, not with none until a later sync.
+    first = await _first_sync(run)
+    run.serving_tasks.append(asyncio.create_task(_sync_after(run, first)))
+    intake.open()
+    if run.controller is not None:
         run.tasks.append(asyncio.create_task(run.controller.run(clock)))
         run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))
         run.tasks.append(asyncio.create_task(_handle_interruptions(run)))
         if world.interruptions is not None:
             run.tasks.append(asyncio.create_task(world.interruptions.run()))
-    run.tasks.append(asyncio.create_task(_every(1.0, "agent sync", lambda: _sync_backends(run))))
     run.jobs = world.jobs(catalog)
     for job in run.jobs:
         run.tasks.append(asyncio.create_task(_every(job.every_s, job.name, job.run)))
-    run.tasks.append(
+    run.serving_tasks.append(
         asyncio.create_task(
             _every(settings.timings.sample_window_s, "telemetry flush", lambda: _flush(run))
         )
@@ -319,17 +371,71 @@ async def start(settings: Settings) -> Running:
     return run
 
 
-async def stop(run: Running) -> None:
-    """Stop taking requests, answer what is queued, flush telemetry, stop every child."""
-    for task in run.tasks:
+async def _first_sync(run: Running) -> asyncio.Task[None]:
+    """The first agent sync, waited for at most ``api.sync_wait_s``; past that the
+    endpoint serves anyway (spilling) and the sync goes on. Returns its task."""
+    task = asyncio.create_task(_sync_backends(run), name="first agent sync")
+    bound = run.settings.api.sync_wait_s
+    await asyncio.wait({task}, timeout=bound)
+    if not task.done():
+        log.warning(
+            "the first agent sync took over %g s: serving now, spilling until it ends", bound
+        )
+    return task
+
+
+async def _sync_after(run: Running, first: asyncio.Task[None]) -> None:
+    """Agent syncs every second, once the first one has ended (never two at once)."""
+    try:
+        await first
+    except Exception:
+        log.exception("the first agent sync failed; the next one retries")
+    await _every(1.0, "agent sync", lambda: _sync_backends(run))
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
         task.cancel()
-    for task in run.tasks:
+    for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    await run.runner.shutdown()
+
+
+async def _answered(intake: Intake, within_s: float, hurry: asyncio.Event | None) -> bool:
+    """Wait until every request the endpoint took is answered, at most ``within_s`` or
+    until ``hurry`` is set; whether none is left."""
+    waits: set[asyncio.Task[Any]] = {asyncio.create_task(intake.idle())}
+    if hurry is not None:
+        waits.add(asyncio.create_task(hurry.wait()))
+    try:
+        await asyncio.wait(waits, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+    return intake.in_flight == 0
+
+
+async def stop(run: Running, hurry: asyncio.Event | None = None) -> None:
+    """Drain (module docstring), flush telemetry, stop every child. ``hurry``, once set,
+    ends the drain's wait early."""
+    run.intake.drain()  # readiness 503 now; new inference 503 + Retry-After
+    await _cancel(run.tasks)  # nothing is launched or retired while draining
+    if run.controller is not None:
+        with contextlib.suppress(Exception):  # a lapsed lease is the fallback
+            await run.controller.resign()  # another controller may act at once
+    bound = drain_bound(run.settings, run.models)
+    if run.intake.in_flight:
+        log.info("draining %d request(s), for at most %g s", run.intake.in_flight, bound)
+    if not await _answered(run.intake, bound, hurry):
+        log.warning(
+            "%d request(s) still unanswered after the drain: answered with an error",
+            run.intake.in_flight,
+        )
     for served in run.models.values():
         if served.dispatcher is not None:
-            await served.dispatcher.close()
+            await served.dispatcher.close(wait_s=0.0)
+    await _answered(run.intake, ANSWER_WAIT_S, None)  # the handlers return those errors
+    await _cancel(run.serving_tasks)
     with contextlib.suppress(Exception):
         await _flush(run, everything=True)
     for job in run.jobs:
@@ -343,18 +449,27 @@ async def stop(run: Running) -> None:
 
 
 async def serve(settings: Settings, on_ready: Callable[[Running], None] | None = None) -> None:
-    """Run until SIGINT/SIGTERM; every resource opened here is closed on the way out."""
+    """Run until SIGINT/SIGTERM, then drain and stop (a second signal cuts the drain
+    short); every resource opened here is closed on the way out."""
     stop_event = asyncio.Event()
+    hurry = asyncio.Event()
+
+    def on_signal() -> None:
+        if stop_event.is_set():
+            log.warning("second signal: not waiting for the drain")
+            hurry.set()
+        stop_event.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop_event.set)
+        loop.add_signal_handler(sig, on_signal)
     run = await start(settings)
     try:
         if on_ready is not None:
             on_ready(run)
         await stop_event.wait()
     finally:
-        await stop(run)
+        await stop(run, hurry)
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)

@@ -135,8 +135,8 @@ class Fleet(Protocol):
 
 
 class Serverless(Protocol):
-    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
-        """Run one batch on the spill function."""
+    async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
+        """Run one batch on the spill function, its rows decoded as the model's ``dtype``."""
         ...
 
     async def warm_up(self, model: str, concurrency: int) -> None:

@@ -16,7 +16,9 @@ def up(
     port: int | None = typer.Option(None, min=0, max=65535, help="API port (0 = any free port)"),
     host: str | None = typer.Option(None, help="API bind address"),
 ) -> None:
-    """Start mark: state store, REST endpoint and control loop. Ctrl-C stops it cleanly."""
+    """Start mark: state store, REST endpoint and control loop. Ctrl-C (or SIGTERM) drains
+    it: readiness goes false, new requests get 503, those in flight are answered; then it
+    stops. A second Ctrl-C stops it without waiting for the drain."""
     from mark.daemon import Running, serve  # torch and the cloud adapters: only when serving
     from mark.demo import DEMO_SOURCE, ensure_demo_model
     from mark.serve.auth import KEY_FILE
@@ -62,7 +64,7 @@ def up(
         )
         if run.api_key:
             console.print(f"  metrics:  curl{key} {url}/metrics", highlight=False, soft_wrap=True)
-        console.print("Press Ctrl-C to stop.")
+        console.print("Press Ctrl-C to stop (requests in flight are answered first; twice: now).")
 
     if model.source == DEMO_SOURCE:
         with console.status("preparing the demo model (trained once, then cached)..."):

@@ -455,3 +455,21 @@ class ApiSpec(_Strict):
         le=3600,
         description="a rate-limited key may send this many seconds of its rate at once",
     )
+    drain_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description="on SIGTERM or Ctrl-C, how long requests already taken may run to their "
+        "outcome before what is left is answered with an error; null: the dispatcher's "
+        "outcome bound (RT_max + 2 x max(RT_max, 1 s) + the spill timeout) plus 1 s. Set it "
+        "below the platform's kill timeout (ECS stopTimeout, Kubernetes "
+        "terminationGracePeriodSeconds, systemd TimeoutStopSec)",
+    )
+    sync_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=600,
+        description="at start, how long readiness and inference wait for the first agent "
+        "sync (so a restarted daemon knows its running instances before it serves); past "
+        "it the endpoint serves anyway, spilling until the sync ends",
+    )

@@ -36,6 +36,12 @@ dispatched by arrival + W_batch (≤ RT_max), hands off to Lambda by dispatch +
 RT_max + 2 × grace + spill_timeout_s. The give-up, a backstop that should never
 fire, comes one grace later: RT_max + 3 × grace + spill_timeout_s, at most
 4 × max(RT_max, 1 s) + the spill timeout.
+
+Closing: ``close`` is the end of a drain (``mark.daemon.stop`` first waits, up to
+its bound, until the endpoint has answered everything it took). From then on
+``submit`` answers at once with an explicit error, and whatever is still queued,
+in the batch being formed, in flight or spilling after ``close``'s last wait is
+answered with an explicit error: every request submitted gets exactly one outcome.
 """
 
 from __future__ import annotations
@@ -77,6 +83,9 @@ _JSON = {"Content-Type": JSON_TYPE}
 GRACE_FLOOR_S = 1.0
 """The least wait past an instance's predicted finish before its batch is hung: below a
 second, a GC pause or a busy machine's scheduling would spill batches merely late."""
+
+SHUTTING_DOWN = "mark is shutting down"
+"""The error of every request the dispatcher still holds when it closes, or gets after."""
 
 SPILL_TIMEOUT_S = 60.0
 """How long one spill invocation may take by default: the spill function's timeout
@@ -200,6 +209,9 @@ class Dispatcher:
         self._queue: asyncio.Queue[_Request] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
+        self._forming: list[_Request] = []  # the batch being filled: neither queued nor sent
+        self._open = True  # False once closing: ``submit`` answers at once with an error
+        self._may_spill = True  # False once close's last wait is over
 
     @property
     def outcome_bound_s(self) -> float:
@@ -214,26 +226,33 @@ class Dispatcher:
         if self._loop_task is None:
             self._loop_task = asyncio.create_task(self._batcher(), name=f"batcher-{self.model}")
 
-    async def close(self) -> None:
-        """Stop batching; whatever is still queued, in flight or spilling after a last wait
-        is answered with an explicit error."""
+    async def close(self, wait_s: float = 10.0) -> None:
+        """Take no more requests and stop batching: what is queued or in the batch being
+        formed is answered with an explicit error at once; batches in flight and spills get
+        a last wait of at most ``wait_s`` (what they owe may still spill meanwhile), then
+        whatever is left is answered with an explicit error too."""
+        self._open = False
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=10)
+        for r in self._forming:
+            self._finish(r, None, SHUTTING_DOWN, "none")
+        self._forming = []
+        while not self._queue.empty():
+            self._finish(self._queue.get_nowait(), None, SHUTTING_DOWN, "none")
+        if self._tasks and wait_s > 0:
+            await asyncio.wait(self._tasks, timeout=wait_s)
+        self._may_spill = False
         for flight in [f for flights in self._flights.values() for f in flights]:
             self._untrack(flight)
             for r in flight.batch:
-                self._finish(r, None, "mark is shutting down", "none")
+                self._finish(r, None, SHUTTING_DOWN, "none")
         left = list(self._tasks)
         for task in left:
             task.cancel()  # a spill ends its requests with an error as it is cancelled
         if left:
             await asyncio.wait(left, timeout=1)
-        while not self._queue.empty():
-            self._finish(self._queue.get_nowait(), None, "mark is shutting down", "none")
 
     def set_backends(self, backends: Sequence[Backend]) -> None:
         """Replace the set of instances, keeping what we know of the ones that stay. The
@@ -258,22 +277,32 @@ class Dispatcher:
 
     # -- request path ----------------------------------------------------
 
-    async def submit(self, rows: np.ndarray[Any, Any]) -> list[Outcome]:
+    async def submit(self, rows: np.ndarray[Any, Any], *, spill_now: bool = False) -> list[Outcome]:
         """Queue each row as a request; wait for every one to end.
 
         The caller waits on one future for the whole group, not one per row: a
         client that disconnects cancels only that wait, and its requests still
-        run to an outcome that telemetry counts.
+        run to an outcome that telemetry counts. ``spill_now``: the rows go straight
+        to the spill function (the endpoint's one retry of rows that failed) and are
+        not counted as arrivals again. Once the dispatcher is closing, every row is
+        answered at once with an explicit error.
         """
         now = self.clock()
         loop = asyncio.get_running_loop()
         n = rows.shape[0]
         group = _Group(n, loop.create_future())
         reqs = [_Request(rows[i], now, now + self.rt_max_s, group, i) for i in range(n)]
-        if self.telemetry is not None:
+        if self.telemetry is not None and not spill_now:
             self.telemetry.arrival(now, n)
-        for r in reqs:
-            self._queue.put_nowait(r)
+        if not self._open:
+            for r in reqs:
+                self._finish(r, None, SHUTTING_DOWN, "none")
+            return [o for o in group.outcomes if o is not None]
+        if spill_now:
+            self._spill(reqs)
+        else:
+            for r in reqs:
+                self._queue.put_nowait(r)
         give_up = loop.call_later(self.give_up_after_s, self._give_up, reqs)
         try:
             await group.done
@@ -317,7 +346,9 @@ class Dispatcher:
                     batch.append(self._queue.get_nowait())
                 self._spill(batch)
                 continue
-            batch = [first]
+            # Held where ``close`` finds it: cancelled while it fills, the batch is
+            # neither queued nor in flight, and would otherwise be lost.
+            batch = self._forming = [first]
             w_end = window_end(first.arrival, backend.w_batch_s)
             while len(batch) < backend.n_batch:
                 if not self._queue.empty():  # what is waiting joins at once
@@ -328,9 +359,14 @@ class Dispatcher:
                 if wait <= 0:
                     break
                 try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), wait))
+                    # Not wait_for: on 3.11 a cancel racing the get can lose the request
+                    # the inner task took (or swallow the cancel); under a timeout scope
+                    # the queue keeps a request until get() returns it.
+                    async with asyncio.timeout(wait):
+                        batch.append(await self._queue.get())
                 except TimeoutError:
                     break
+            self._forming = []
             # The instance may have left, been replaced or penalised while the batch filled.
             now = self.clock()
             current = self.backends.get(backend.instance_id)
@@ -471,6 +507,10 @@ class Dispatcher:
             r.spilled = True
         if not todo:
             return
+        if not self._may_spill:
+            for r in todo:
+                self._finish(r, None, SHUTTING_DOWN, "none")
+            return
         if self.serverless is None:
             for r in todo:
                 self._finish(r, None, "no serving capacity and no spill function", "none")
@@ -484,7 +524,8 @@ class Dispatcher:
         deadline = asyncio.timeout(self.spill_timeout_s)
         try:
             async with deadline:
-                result = await serverless.invoke(self.model, [r.row.tolist() for r in chunk])
+                rows = [r.row.tolist() for r in chunk]
+                result = await serverless.invoke(self.model, rows, dtype=self.dtype)
             outputs = list(result.outputs)
             if len(outputs) != len(chunk):
                 raise ValueError(f"{len(outputs)} outputs for {len(chunk)} requests")

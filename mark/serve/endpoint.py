@@ -13,6 +13,27 @@ TF-Serving's model status (``GET /v1/models/{name}``) says the same in V1 terms.
 Every route but the health checks needs an API key with the scope ``ROUTE_SCOPES``
 names (``mark.serve.auth``: 401 without a valid key, 403 without the scope, 429
 over the key's limits); which instance served a request is told to admin keys only.
+
+Readiness (``/v2/health/ready``, and each model's) follows ``mark.serve.intake``:
+false until the daemon's first agent sync, and false again from the moment it
+drains; meanwhile inference requests get 503 with ``Retry-After`` at once.
+
+A request of several rows whose rows partly fail. Neither the Open Inference
+Protocol (an inference response is its outputs, or ``{"error"}`` with an error
+status) nor TF-Serving's predict (``{"predictions"}`` or ``{"error"}``) has an
+answer with per-row errors: the batch dimension belongs to the tensor, so a
+request succeeds or fails as a whole. Rows fail separately here only because
+the dispatcher splits a request over batches, instances and spill chunks, and
+such a partial failure is local to one executor (an agent's batch error, one
+failed invocation). So the rows that failed, and only those, are retried once on
+the spill function, keeping the rows that succeeded; if every row succeeds then,
+the answer is 200. Otherwise, or when every row failed (then the cause is the
+input, the model or an outage, and the client's own retry is the right loop, not
+a doubled load on a failing spill function), the answer is 503 with
+``Retry-After`` naming the rows that failed. Not retried: rows nobody ran (no
+capacity, the give-up backstop, shutting down) and anything while draining. A
+retry is one more spill invocation, so an answer comes within the dispatcher's
+``outcome_bound_s`` plus its spill timeout.
 """
 
 from __future__ import annotations
@@ -43,6 +64,7 @@ from mark.serve.codec import (
     split_v2,
 )
 from mark.serve.dispatcher import Dispatcher, Outcome
+from mark.serve.intake import Intake, Phase
 from mark.serve.openapi import openapi_document
 from mark.serve.telemetry import Telemetry
 
@@ -53,6 +75,11 @@ MODEL_VERSION = "1"
 """The one version of each model mark serves, as V2 and TF-Serving name it."""
 EXTENSIONS = ["binary_tensor_data"]
 """The V2 protocol extensions implemented, as server metadata lists them."""
+RETRY_AFTER_S = "1"
+"""``Retry-After`` on a 503: a retry soon may find an instance free, the daemon ready,
+or (draining) another replica behind the load balancer."""
+LISTED_ROWS = 10
+"""At most this many failed rows are named in an error."""
 
 
 def _version() -> str:
@@ -75,7 +102,9 @@ class Served:
 class ApiState:
     settings: Settings
     models: dict[str, Served]
-    is_ready: Callable[[], bool]
+    intake: Intake
+    """Whether inference requests are taken (starting, open, draining) and how many are
+    not answered yet."""
     more_metrics: Callable[[], str] | None = None
     """The control loop's counters, once it runs (spend-rail hits, forecast clips)."""
     version: str = "0+unknown"
@@ -144,11 +173,16 @@ def _served(request: web.Request) -> Served:
 
 
 def _can_serve(state: ApiState, served: Served) -> bool:
-    """Whether the model is ready: a request for it has an instance or the spill function."""
-    return state.is_ready() and served.dispatcher is not None and served.dispatcher.can_serve
+    """Whether the model is ready: the endpoint serves, and a request for it has an
+    instance or the spill function."""
+    return state.intake.ready and served.dispatcher is not None and served.dispatcher.can_serve
 
 
 _NOT_SERVABLE = "no instance and no spill function can serve it now"
+
+
+def _not_ready(state: ApiState) -> str:
+    return state.intake.refusal or _NOT_SERVABLE
 
 
 async def live(_: web.Request) -> web.Response:
@@ -156,7 +190,9 @@ async def live(_: web.Request) -> web.Response:
 
 
 async def ready(request: web.Request) -> web.Response:
-    ok = request.app[STATE].is_ready()
+    """200 while the endpoint serves; 503 while it starts (its instances not synced yet)
+    and from the moment it drains, so a load balancer sends it nothing then."""
+    ok = request.app[STATE].intake.ready
     return _json({"ready": ok}, 200 if ok else 503)
 
 
@@ -167,9 +203,10 @@ async def server_metadata(request: web.Request) -> web.Response:
 async def model_ready(request: web.Request) -> web.Response:
     """200 when ready; otherwise 400, as the V2 protocol (and Triton) answer "false"."""
     served = _served(request)
-    if _can_serve(request.app[STATE], served):
+    state = request.app[STATE]
+    if _can_serve(state, served):
         return _json({"name": served.spec.name, "ready": True})
-    return _json({"name": served.spec.name, "ready": False, "error": _NOT_SERVABLE}, 400)
+    return _json({"name": served.spec.name, "ready": False, "error": _not_ready(state)}, 400)
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -180,16 +217,19 @@ async def model_status_v1(request: web.Request) -> web.Response:
     """TF-Serving's model status: version 1 is AVAILABLE while ready, else LOADING.
 
     TF-Serving's states are UNKNOWN, START, LOADING, AVAILABLE, UNLOADING and END;
-    a model waiting for capacity is LOADING, with error code UNAVAILABLE saying why.
+    a model waiting for capacity (or for the daemon's first agent sync) is LOADING, one
+    of a draining daemon UNLOADING, with error code UNAVAILABLE saying why.
     """
     served = _served(request)
-    ok = _can_serve(request.app[STATE], served)
+    state = request.app[STATE]
+    ok = _can_serve(state, served)
+    draining = state.intake.phase is Phase.DRAINING
     status = {
         "version": MODEL_VERSION,
-        "state": "AVAILABLE" if ok else "LOADING",
+        "state": "AVAILABLE" if ok else "UNLOADING" if draining else "LOADING",
         "status": {
             "error_code": "OK" if ok else "UNAVAILABLE",
-            "error_message": "" if ok else _NOT_SERVABLE,
+            "error_message": "" if ok else _not_ready(state),
         },
     }
     return _json({"model_version_status": [status]})
@@ -215,25 +255,64 @@ async def model_metadata(request: web.Request) -> web.Response:
     )
 
 
-async def _run(served: Served, tensor: Tensor) -> list[Outcome]:
-    if served.dispatcher is None:
+@dataclass(frozen=True)
+class Ran:
+    """A request's rows run: one outcome per row, and whether failed rows were retried."""
+
+    outcomes: list[Outcome]
+    retried: bool = False
+
+
+def _retryable(outcomes: list[Outcome]) -> list[int]:
+    """The rows to retry once on the spill function: those an instance or the spill
+    function failed, when other rows of the request succeeded (module docstring)."""
+    if all(not o.ok for o in outcomes):
+        return []
+    return [i for i, o in enumerate(outcomes) if not o.ok and o.served_by != "none"]
+
+
+async def _run(state: ApiState, served: Served, tensor: Tensor) -> Ran:
+    dispatcher = served.dispatcher
+    if dispatcher is None:
         raise BadRequest(503, "no serving capacity for this model yet")
-    return await served.dispatcher.submit(tensor.array)
+    outcomes = await dispatcher.submit(tensor.array)
+    again = _retryable(outcomes)
+    if not again or dispatcher.serverless is None or not state.intake.ready:
+        return Ran(outcomes)
+    log.info(
+        "%s: %d of %d rows failed; retried on the spill function",
+        served.spec.name,
+        len(again),
+        len(outcomes),
+    )
+    retried = await dispatcher.submit(tensor.array[again], spill_now=True)
+    for i, outcome in zip(again, retried, strict=True):
+        outcomes[i] = outcome
+    return Ran(outcomes, retried=True)
 
 
-def _failure(outcomes: list[Outcome]) -> web.Response | None:
-    failed = [o for o in outcomes if not o.ok]
+def _failure(ran: Ran) -> web.Response | None:
+    """503 with ``Retry-After`` naming the rows that failed, if any did."""
+    outcomes = ran.outcomes
+    failed = [i for i, o in enumerate(outcomes) if not o.ok]
     if not failed:
         return None
-    return _error(503, f"{len(failed)} of {len(outcomes)} instances failed: {failed[0].error}")
+    rows = ", ".join(str(i) for i in failed[:LISTED_ROWS])
+    if len(failed) > LISTED_ROWS:
+        rows += ", ..."
+    retried = " (retried once on the spill function)" if ran.retried else ""
+    error = outcomes[failed[0]].error
+    message = f"{len(failed)} of {len(outcomes)} instances failed{retried}, rows {rows}: {error}"
+    return _json({"error": message}, 503, {"Retry-After": RETRY_AFTER_S})
 
 
 async def predict_v1(request: web.Request) -> web.Response:
     served = _served(request)
     body = parse_json(await request.read())
     tensor = parse_v1(body, served.spec.input, MAX_INSTANCES_PER_REQUEST)
-    outcomes = await _run(served, tensor)
-    return _failure(outcomes) or _json(
+    ran = await _run(request.app[STATE], served, tensor)
+    outcomes = ran.outcomes
+    return _failure(ran) or _json(
         encode_v1([o.output for o in outcomes]), headers=_served_by(request, outcomes)
     )
 
@@ -243,10 +322,11 @@ async def infer_v2(request: web.Request) -> web.Response:
     body, binary = split_v2(await request.read(), request.headers.get(HEADER_LENGTH))
     tensor = parse_v2(body, served.spec.input, MAX_INSTANCES_PER_REQUEST, binary)
     binary_output = parse_v2_outputs(body)
-    outcomes = await _run(served, tensor)
-    failure = _failure(outcomes)
+    ran = await _run(request.app[STATE], served, tensor)
+    failure = _failure(ran)
     if failure is not None:
         return failure
+    outcomes = ran.outcomes
     req_id = body.get("id") if isinstance(body.get("id"), str) else None
     outputs = [o.output for o in outcomes]
     if not binary_output:
@@ -279,19 +359,41 @@ ROUTE_SCOPES: dict[Handler, str | None] = {live: None, ready: None, metrics: MET
 unknown path or method) needs ``inference``."""
 
 
+INFERENCE_HANDLERS: frozenset[Handler] = frozenset({predict_v1, infer_v2})
+"""The routes the intake guards: refused outside ``open``, counted until answered."""
+
+
 def _needs(request: web.Request) -> str | None:
     return ROUTE_SCOPES.get(request.match_info.handler, INFERENCE)
+
+
+@web.middleware
+async def intake_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Inference while starting or draining: 503 with ``Retry-After`` at once (before the
+    key is checked, so a refusal costs the key nothing). Otherwise the request is taken
+    and counted until its handler returns its answer."""
+    if request.match_info.handler not in INFERENCE_HANDLERS:
+        return await handler(request)
+    intake = request.app[STATE].intake
+    if not intake.take():
+        return _json({"error": intake.refusal}, 503, {"Retry-After": RETRY_AFTER_S})
+    try:
+        return await handler(request)
+    finally:
+        intake.done()
 
 
 def build_app(
     settings: Settings,
     models: Mapping[str, Served] | None = None,
-    is_ready: Callable[[], bool] = lambda: True,
     keys: KeyCache | None = None,
+    intake: Intake | None = None,
 ) -> web.Application:
     """The endpoint; with ``api.auth`` (the default) it answers only ``keys`` (none given:
-    no key is valid, so only the health checks answer)."""
-    middlewares = [errors_as_json, *([require_key] if settings.api.auth else [])]
+    no key is valid, so only the health checks answer). ``intake`` (none given: open)
+    is how the daemon holds inference until its first agent sync and drains it."""
+    auth = [require_key] if settings.api.auth else []
+    middlewares = [errors_as_json, intake_guard, *auth]
     app = web.Application(client_max_size=settings.api.max_body_bytes, middlewares=middlewares)
     if settings.api.auth:
         app[AUTH] = Auth(keys if keys is not None else KeyCache(), settings.api, _needs)
@@ -300,7 +402,9 @@ def build_app(
         if models is not None
         else {m.name: Served(m, None, None) for m in settings.models}
     )
-    app[STATE] = ApiState(settings, served, is_ready, version=_version())
+    app[STATE] = ApiState(
+        settings, served, intake if intake is not None else Intake(), version=_version()
+    )
     v2_model = "/v2/models/{name}"
     v2_version = "/v2/models/{name}/versions/{version}"
     # A model name has no ':', so GET .../{name}:predict stays a 405, not an unknown model.

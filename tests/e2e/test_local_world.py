@@ -127,6 +127,9 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
                 "standby_types": ["t3.large"],
             },
             "local": {"boot_delay_s": 0, "lambda_concurrency": 2},
+            # The spot instance is launched by hand and idle until the load starts: keep
+            # it past the default cool-down (the boot time, seconds here).
+            "timings": {"cooldown_s": 600},
         }
     )
     run = await start(settings)

@@ -1,7 +1,8 @@
 """The ``Serverless`` port on AWS Lambda: synchronous ``Invoke`` of the spill function.
 
 One batch is one ``RequestResponse`` invocation whose event is what
-``lambda_handlers.spill`` reads (``{"model", "instances", "source"?}``); a batch
+``lambda_handlers.spill`` reads (``{"model", "instances", "dtype", "source"?}``: the
+rows are decoded as the model's dtype, so an int or uint8 model gets its own); a batch
 whose event would exceed Lambda's 6 MB synchronous payload limit is split into
 chunks invoked side by side. Failures are typed, in the spill family of
 ``mark.errors`` that the local Lambda raises too: a function error (the handler
@@ -110,10 +111,15 @@ def parse_report(log_tail: str) -> Report | None:
 
 
 def chunk_events(
-    model: str, rows: Sequence[Any], source: str | None, limit: int = PAYLOAD_LIMIT
+    model: str,
+    rows: Sequence[Any],
+    source: str | None,
+    limit: int = PAYLOAD_LIMIT,
+    dtype: str = "float32",
 ) -> list[tuple[bytes, int]]:
-    """Events (bytes, rows in it) for ``rows``, each at most ``limit`` bytes, in order."""
-    event: dict[str, Any] = {"model": model, "instances": list(rows)}
+    """Events (bytes, rows in it) for ``rows`` of ``dtype``, each at most ``limit`` bytes,
+    in order."""
+    event: dict[str, Any] = {"model": model, "instances": list(rows), "dtype": dtype}
     if source is not None:
         event["source"] = source
     payload = json.dumps(event, separators=(",", ":")).encode()
@@ -122,8 +128,8 @@ def chunk_events(
     if len(rows) <= 1:
         raise PayloadTooLarge(f"one request of {model!r} is {len(payload)} bytes; limit {limit}")
     half = len(rows) // 2
-    return chunk_events(model, rows[:half], source, limit) + chunk_events(
-        model, rows[half:], source, limit
+    return chunk_events(model, rows[:half], source, limit, dtype) + chunk_events(
+        model, rows[half:], source, limit, dtype
     )
 
 
@@ -193,10 +199,11 @@ class AwsLambda(OwnedClient):
 
     # -- the Serverless port ----------------------------------------------
 
-    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
-        """Run one batch (split under the payload limit); outputs in the batch's order."""
+    async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
+        """Run one batch of ``dtype`` rows (split under the payload limit); outputs in the
+        batch's order."""
         rows = [_plain(x) for x in batch]
-        events = chunk_events(model, rows, self.sources.get(model), self.payload_limit)
+        events = chunk_events(model, rows, self.sources.get(model), self.payload_limit, dtype)
         done = await asyncio.gather(*(self._invoke(model, payload, n) for payload, n in events))
         outputs = [out for d in done for out in d.outputs]
         return SpillResult(

@@ -98,6 +98,7 @@ class LambdaApi:
         try:
             event = json.loads(raw)
             model, instances = str(event["model"]), list(event["instances"])
+            dtype = str(event.get("dtype", "float32"))
         except (ValueError, KeyError, TypeError):
             return _error(400, "InvalidRequestContentException", "Could not parse request body")
         self.invocations += 1
@@ -106,7 +107,7 @@ class LambdaApi:
         headers = {"X-Amz-Executed-Version": "$LATEST", "X-Amzn-RequestId": request_id}
         report = ""
         try:
-            result = await self.backend.invoke(model, instances)
+            result = await self.backend.invoke(model, instances, dtype)
             body: dict[str, Any] = {
                 "model": model,
                 "outputs": list(result.outputs),

@@ -40,7 +40,7 @@ class InProcessServerless:
         self.runner = runner
         self.calls: list[int] = []
 
-    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
+    async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
         self.calls.append(len(batch))
         out = self.runner.run(np.asarray(batch, dtype=np.float32))
         return SpillResult(out.tolist(), 1.0, 1, 1024, False)

@@ -60,7 +60,7 @@ class RecordingServerless:
         self.calls: Counter[float] = Counter()
         self.release = asyncio.Event()
 
-    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
+    async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
         for row in batch:
             self.calls[float(np.asarray(row).ravel()[0])] += 1
         if self.hang:

@@ -24,7 +24,7 @@ from mark.serve.telemetry import Telemetry
 class EchoSum:
     """A Serverless port whose 'model' returns each instance's sum: enough to test the API."""
 
-    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
+    async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
         return SpillResult([[float(np.sum(x))] for x in batch], 1.0, 1, 128, False)
 
     async def warm_up(self, model: str, concurrency: int) -> None:

@@ -33,7 +33,7 @@ KEY, TOKEN = issue("fuzz", ["inference", "metrics"], 0.0)
 class SumModel:
     """Serverless port answering each instance's sum, so the fuzz reaches real handlers."""
 
-    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
+    async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
         return SpillResult([[float(np.sum(x))] for x in batch], 1.0, 1, 128, False)
 
     async def warm_up(self, model: str, concurrency: int) -> None:

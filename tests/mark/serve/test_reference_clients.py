@@ -64,7 +64,7 @@ class InProcessServerless:
     def __init__(self, runner: ModelRunner) -> None:
         self.runner = runner
 
-    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
+    async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
         out = self.runner.run(np.asarray(batch, dtype=np.float32))
         return SpillResult(out.tolist(), 1.0, 1, 1024, False)
 

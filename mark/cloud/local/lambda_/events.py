@@ -13,9 +13,12 @@ from mark.ports import SpillResult
 PAYLOAD_LIMIT = 6 * 1024 * 1024  # synchronous invoke: request and response, as on AWS
 
 
-def encode_event(model: str, instances: list[Any], source: str | None) -> bytes:
-    """The event ``lambda_handlers.spill`` reads: ``{"model", "instances", "source"?}``."""
-    event: dict[str, Any] = {"model": model, "instances": instances}
+def encode_event(
+    model: str, instances: list[Any], source: str | None, dtype: str = "float32"
+) -> bytes:
+    """The event ``lambda_handlers.spill`` reads: ``{"model", "instances", "dtype",
+    "source"?}``; the handler decodes the rows as ``dtype``, the model's input type."""
+    event: dict[str, Any] = {"model": model, "instances": instances, "dtype": dtype}
     if source is not None:
         event["source"] = source
     try:

@@ -115,9 +115,10 @@ class LocalLambda:
 
     # ---- the Serverless port -------------------------------------------------------------
 
-    async def invoke(self, model: str, batch: Sequence[Any]) -> SpillResult:
-        """Run one batch on a runtime (warm if one is idle); raise a ``SpillError`` otherwise."""
-        payload = self._event(model, [plain(x) for x in batch])
+    async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
+        """Run one batch of ``dtype`` rows on a runtime (warm if one is idle); raise a
+        ``SpillError`` otherwise."""
+        payload = self._event(model, [plain(x) for x in batch], dtype)
         rt = await self._acquire(wait=True)
         assert rt is not None
         done = await self._dispatch_to(rt, model, payload)
@@ -175,8 +176,8 @@ class LocalLambda:
 
     # ---- invocations ---------------------------------------------------------------------
 
-    def _event(self, model: str, instances: list[Any]) -> bytes:
-        return encode_event(model, instances, self._models.get(model))
+    def _event(self, model: str, instances: list[Any], dtype: str = "float32") -> bytes:
+        return encode_event(model, instances, self._models.get(model), dtype)
 
     async def _acquire(self, *, wait: bool) -> Runtime | None:
         """Reserve a runtime from the pool (``None``: none free and ``wait`` is false)."""

@@ -4,12 +4,17 @@
 is idle and fewer than ``max_concurrency`` exist, it starts a new one (a cold
 start); otherwise it queues in FIFO order for at most ``queue_timeout_s`` and
 then fails as throttled, as Lambda's concurrency limit does.
+
+``throttle`` is a fault-injection switch for tests and drills (``tests/faults``),
+never called by mark itself: for a while every invocation is refused at once as
+throttled, as Lambda answers 429 when the account's concurrency is used up elsewhere.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -27,6 +32,7 @@ class RuntimePool:
         self.closed = False
         self._idle: list[Runtime] = []  # a stack: reuse the most recently used runtime
         self._waiters: deque[asyncio.Future[Runtime | None]] = deque()
+        self._throttled_until = 0.0  # time.monotonic(); see ``throttle``
 
     @property
     def busy(self) -> int:
@@ -38,6 +44,8 @@ class RuntimePool:
     ) -> Runtime | None:
         """Reserve a runtime: idle, else a new one (``spawn``) under the limit, else queue
         (if ``wait``; ``None`` if not). ``spawn`` finds its slot already counted."""
+        if time.monotonic() < self._throttled_until:
+            raise SpillThrottled("TooManyRequestsException: Rate Exceeded (throttle injected)")
         while self._idle:
             rt = self._idle.pop()
             if not rt.dead:
@@ -65,6 +73,11 @@ class RuntimePool:
         if got is None:  # capacity freed by a dead runtime, reserved for us
             return await spawn()
         return got
+
+    def throttle(self, seconds: float) -> None:
+        """Fault injection: refuse every invocation at once as ``SpillThrottled`` (Lambda's
+        429) for ``seconds`` from now; 0 ends it. Runtimes and waiters are left as they are."""
+        self._throttled_until = time.monotonic() + max(0.0, seconds)
 
     def release(self, rt: Runtime) -> None:
         """A runtime finished its invocation: idle again, or straight to a waiter."""
