@@ -30,6 +30,12 @@ again to that moment plus the profiled time of the batches still queued, so a
 batch that overran (a machine busier than its profile) pushes back the queue
 behind it and later offers are judged against when the instance will really be
 free, instead of being admitted into a backlog that misses RT_max.
+
+Every route needs the frontend's token (``bouncer.agent_token``; 401 without it),
+``/health`` and ``/live`` too: health tells the queue, the served counts and a
+coming spot reclaim, and ``/live`` runs an inference, so neither is harmless to
+answer to anyone. ``mark-agent`` takes the token from ``MARK_AGENT_TOKEN`` and
+refuses to start without one.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from aiohttp import web
 
 from bouncer import event_loop
 from bouncer.admission import Admission, Backlog
+from bouncer.agent_token import TOKEN_ENV, TOKEN_HEADER, token_matches
 from bouncer.device import DeviceChoice, DeviceUnavailable, Requested, probe, select_device
 from bouncer.latency import BatchLatency
 from bouncer.runner import ModelLoadError, ModelRunner
@@ -160,6 +167,9 @@ class Agent:
     example: np.ndarray[Any, Any] | None = None
     """One instance of the model's input: the liveness probe's inference."""
     probe_timeout_s: float = 5.0
+    token: str | None = None
+    """The frontend's token every request must carry; None checks nothing (agents built
+    in-process by tests; ``main`` always sets one)."""
     _probe: asyncio.Future[Any] | None = None
 
     @property
@@ -271,8 +281,22 @@ class Agent:
             return web.json_response({"live": False, "reason": str(exc)}, status=503)
         return web.json_response({"live": True, "probe_s": time.perf_counter() - t0})
 
+    @web.middleware
+    async def _only_the_frontend(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        if self.token is not None and not token_matches(
+            request.headers.get(TOKEN_HEADER), self.token
+        ):
+            # Before the body is read: a stranger's batch costs nothing to refuse.
+            return web.json_response({"error": f"missing or wrong {TOKEN_HEADER}"}, status=401)
+        response: web.StreamResponse = await handler(request)
+        return response
+
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(
+            client_max_size=64 * 1024 * 1024, middlewares=[self._only_the_frontend]
+        )
         app.add_routes(
             [
                 web.post(BATCH_PATH, self.handle_batch),
@@ -385,8 +409,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the model compiled for Neuron (TorchScript from torch_neuronx/torch_neuron.trace)",
     )
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(message)s")
+    from mark import logs  # every mark process logs alike (JSON off a terminal)
+
+    logs.configure(logs.choose_format(os.environ.get("MARK_LOG_FORMAT", "auto"), "any"))
     try:
+        token = os.environ.get(TOKEN_ENV, "")
+        if not token:
+            raise ValueError(f"{TOKEN_ENV} is not set: the agent would serve anyone who asks")
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"--threads must be at least 1, got {args.threads}")
         shape = tuple(int(d) for d in args.input_shape.split(","))
@@ -399,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         agent = build_agent(
             args.model_source, shape, args.dtype, max(args.slowdown, 1.0), latency, choice
         )
+        agent.token = token
         if args.imds_url:
             agent.imds = ImdsPoller(args.imds_url.rstrip("/"), max(args.imds_interval, 0.1))
     except (ModelLoadError, DeviceUnavailable, ValueError) as exc:

@@ -26,6 +26,12 @@ which every request taken has its outcome anyway; then the dispatchers close
 (whatever is left: an explicit error), the handlers write their answers, and
 everything the daemon opened is closed. Every request taken gets exactly one
 answer. A second signal cuts the drain short.
+
+A database outage does not stop serving: the request path never waits on the store
+(keys are cached, telemetry is in memory, agent syncs update the dispatcher before they
+write), bookkeeping the store cannot take is buffered (``mark.state.outbox``, bounded by
+``database_buffer_rows``) and written when it answers, and the control loop holds the
+fleet meanwhile (``Controller``).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
 
 from bouncer.latency import BatchLatency
 from mark.catalog import Catalog, load_catalog
@@ -49,13 +56,31 @@ from mark.control import Controller, online_predictor, resolve_source
 from mark.control.health import HealthTracker
 from mark.control.profiles import rate_options
 from mark.errors import StoreError
+from mark.logs import request_ids
 from mark.ports import Fleet, Serverless
-from mark.serve.auth import KeyCache, first_key
+from mark.serve.auth import (
+    FIRST_KEY_SCOPES,
+    KEY_FILE,
+    KeyCache,
+    first_key,
+    hash_secret,
+    read_key_file,
+    split_token,
+)
 from mark.serve.dispatcher import Backend, Dispatcher
 from mark.serve.endpoint import STATE, Served, build_app
 from mark.serve.intake import Intake, Phase
 from mark.serve.telemetry import Telemetry
-from mark.state import ProfileRecord, SqlStore, open_store
+from mark.state import (
+    ApiKeyRecord,
+    Outbox,
+    ProfileRecord,
+    SqlStore,
+    StoreUnreachable,
+    open_store,
+)
+from mark.state.outbox import unreachable
+from mark.state.store import make_engine
 from mark.world import Agents, Job, World, open_world
 from provisioner.batching import serving_batching
 from provisioner.control_state import MEASURING_ROLES
@@ -68,6 +93,8 @@ AGENT_STATES_FROM = ("pending", "running", "ready", "draining")
 DRAIN_SLACK_S = 1.0
 """Added to the dispatcher's outcome bound for the default drain: the handlers still
 encode their answers after the last outcome."""
+STORE_RETRY_S = 2.0
+"""How often a daemon started during a database outage tries the store again."""
 ANSWER_WAIT_S = 5.0
 """After the dispatchers close, how long the handlers get to return what they were told."""
 SHUTDOWN_TIMEOUT_S = 5.0
@@ -123,6 +150,7 @@ async def start_api(
 ) -> tuple[web.AppRunner, tuple[str, int]]:
     """The REST endpoint on ``settings.api``; returns the runner and the bound address."""
     app = build_app(settings, models, keys=keys, intake=intake)
+    app.middlewares.insert(0, request_ids)  # outermost: every log line of a request names it
     runner = web.AppRunner(
         app, handle_signals=False, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
     )
@@ -161,6 +189,9 @@ class Running:
 
 
 async def _flush(run: Running, everything: bool = False) -> None:
+    """Closed telemetry windows, roll-ups and Lambda charges to the store (buffered while
+    it cannot be reached: drained once, they are never lost to a failed round)."""
+    await run.store.retry_pending()
     now = WallClock().now()
     for served in run.models.values():
         if served.telemetry is None:
@@ -173,8 +204,16 @@ async def _flush(run: Running, everything: bool = False) -> None:
         run.world.observe(windows, rollups)
     if run.world.serverless is not None:
         charges = run.world.serverless.take_charges()
+        for c in charges:
+            charged = run.models.get(c.model)
+            if charged is not None and charged.telemetry is not None:
+                charged.telemetry.lambda_charged(c.cost)
         if charges:
             await run.store.add_charges(charges)
+
+
+def _store_metrics(store: SqlStore) -> str:
+    return store.outbox.prometheus() if store.outbox is not None else ""
 
 
 async def _every(seconds: float, what: str, fn: Callable[[], Awaitable[None]]) -> None:
@@ -191,6 +230,18 @@ async def _sync_backends(run: Running) -> None:
     if agents is None:
         return
     await agents.sync()
+    # The request path first: the dispatcher's backends never wait on the store.
+    for name, served in run.models.items():
+        if served.dispatcher is None:
+            continue
+        rt_max_s = served.spec.slo.rt_max_ms / 1000.0
+        served.dispatcher.set_backends(
+            [
+                backend_for(iid, a.instance.instance_type, a.url, a.latency, rt_max_s)
+                for iid, a in agents.agents.items()
+                if a.instance.model == name and a.instance.role.value not in MEASURING_ROLES
+            ]
+        )
     now = WallClock().now()
     ready, failing = run.health.observe(now, agents.instance_ids, agents.agents)
     for iid, state, why in [
@@ -206,17 +257,6 @@ async def _sync_backends(run: Running) -> None:
             )
     if run.world.agents_measure:
         await _store_measured_profiles(run, agents)
-    for name, served in run.models.items():
-        if served.dispatcher is None:
-            continue
-        rt_max_s = served.spec.slo.rt_max_ms / 1000.0
-        served.dispatcher.set_backends(
-            [
-                backend_for(iid, a.instance.instance_type, a.url, a.latency, rt_max_s)
-                for iid, a in agents.agents.items()
-                if a.instance.model == name and a.instance.role.value not in MEASURING_ROLES
-            ]
-        )
 
 
 async def _store_measured_profiles(run: Running, agents: Agents) -> None:
@@ -239,9 +279,14 @@ async def _store_measured_profiles(run: Running, agents: Agents) -> None:
         return
     for name in changed:
         spec = run.settings.model(name)
-        rated = await rate_options(
-            run.settings, spec, run.world, run.store, run.sources[name], run.catalog
-        )
+        try:
+            rated = await rate_options(
+                run.settings, spec, run.world, run.store, run.sources[name], run.catalog
+            )
+        except (StoreError, SQLAlchemyError, OSError) as exc:  # out: re-rated at a later sync
+            run.profiled -= {k for k in run.profiled if k[0] == name}
+            log.warning("%s: offerings not re-rated yet: %s", name, exc)
+            continue
         await run.controller.set_options(name, rated.options, rated.sources)
         log.info("%s: offerings re-rated from measured profiles: %s", name, rated.sources)
 
@@ -300,8 +345,7 @@ async def _api_keys(
     """The keys the endpoint checks (read now, then every ``api.key_refresh_s``) and the
     daemon's own key (made on a store with none), unless ``api.auth`` is off."""
     if not settings.api.auth:
-        api = settings.api
-        log.warning("api.auth is false: anyone reaching %s:%d may use the API", api.host, api.port)
+        _auth_off(settings)
         return None, None
     api_key = await first_key(store, settings.data_dir, now)
     keys = KeyCache.of_store(store)
@@ -309,13 +353,115 @@ async def _api_keys(
     return keys, api_key
 
 
+def _auth_off(settings: Settings) -> None:
+    api = settings.api
+    log.warning("api.auth is false: anyone reaching %s:%d may use the API", api.host, api.port)
+
+
+def _saved_key(
+    settings: Settings, store: SqlStore, now: float
+) -> tuple[KeyCache | None, str | None]:
+    """While the store cannot be reached at start: the daemon's own key from
+    ``<data_dir>/api-key``, with the first key's scopes (inference, metrics; never admin),
+    is the one key accepted until the store answers and its keys replace it. The file is
+    the owner's only (0600) and this daemon wrote it; a key revoked since is accepted
+    for that long, and keys made by ``mark keys create`` are not known until then."""
+    if not settings.api.auth:
+        _auth_off(settings)
+        return None, None
+    path = settings.data_dir / KEY_FILE
+    token = read_key_file(path)
+    parts = split_token(token) if token is not None else None
+    keys = KeyCache.of_store(store)
+    if parts is None:
+        log.warning("no API key in %s: every request is refused until the store answers", path)
+        return keys, None
+    keys.replace([ApiKeyRecord(parts[0], "saved", FIRST_KEY_SCOPES, hash_secret(parts[1]), now)])
+    log.warning("until the store answers, the only API key accepted is the one in %s", path)
+    return keys, token
+
+
+async def _open_store(settings: Settings) -> tuple[SqlStore, bool]:
+    """The store, and whether it answered and is migrated. One that cannot be reached is
+    returned all the same, its writes held (``Outbox.hold``) until ``_when_store_answers``
+    has migrated and checked it: the daemon serves meanwhile."""
+    outbox = Outbox(settings.database_buffer_rows)
+    timeouts = {
+        "connect_timeout_s": settings.database_connect_timeout_s,
+        "statement_timeout_s": settings.database_statement_timeout_s,
+    }
+    try:
+        return await open_store(settings.db_url, upgrade=True, outbox=outbox, **timeouts), True
+    except StoreUnreachable as exc:
+        log.warning("%s: serving without it; planning starts once it answers", exc)
+    outbox.hold()
+    return SqlStore(make_engine(settings.db_url, **timeouts), outbox), False
+
+
+async def _when_store_answers(run: Running, clock: WallClock) -> None:
+    """A daemon started during an outage: migrate and check the store once it answers,
+    write what was buffered, read its keys, then start the control loop. A store that
+    answers but cannot be used (a newer schema) is logged; the daemon goes on serving."""
+    while True:
+        try:
+            await run.store.prepare(upgrade=True)
+            if run.store.outbox is not None:
+                run.store.outbox.release()
+                await run.store.retry_pending()
+            if run.keys is not None:
+                run.api_key = await first_key(run.store, run.settings.data_dir, clock.now())
+                await run.keys.refresh()
+            log.info("the store answers: serving with its keys, planning starts")
+            if await _start_control(run, clock):
+                _control_tasks(run, clock)
+            return
+        except Exception as exc:
+            if not unreachable(exc):
+                log.exception("the store answers but cannot be used: no control loop")
+                return
+        await asyncio.sleep(STORE_RETRY_S)
+
+
+async def _start_control(run: Running, clock: WallClock) -> bool:
+    """The controller, which first adopts what the cluster owns; whether there is one."""
+    world, catalog = run.world, run.catalog
+    if not world.control_loop or world.fleet is None or catalog is None:
+        return False
+    store = run.store
+    run.controller = controller = await _controller(
+        run.settings, world, world.fleet, store, run.sources, catalog
+    )
+    run.runner.app[STATE].more_metrics = lambda: controller.prometheus() + _store_metrics(store)
+    controller.health = run.health.view
+    # A restarted daemon plans with the fleet it left behind, never buying it twice.
+    adopted = await controller.adopt(clock.now())
+    if adopted:
+        log.info("adopted %d instance(s) this cluster owns", len(adopted))
+    return True
+
+
+def _control_tasks(run: Running, clock: WallClock) -> None:
+    """The control loop, the SLO monitor and spot notices, as tasks stopped by a drain."""
+    controller, world = run.controller, run.world
+    if controller is None:
+        return
+    run.tasks.append(asyncio.create_task(controller.run(clock)))
+    run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))
+    run.tasks.append(asyncio.create_task(_handle_interruptions(run)))
+    if world.interruptions is not None:
+        run.tasks.append(asyncio.create_task(world.interruptions.run()))
+
+
 async def start(settings: Settings) -> Running:
     clock = WallClock()
     sources = {m.name: resolve_source(m, settings.data_dir) for m in settings.models}
     world = open_world(settings, sources, clock.now)  # before the store: a bad world fails first
-    store = await open_store(settings.db_url, upgrade=True)
+    store, answers = await _open_store(settings)
     try:
-        keys, api_key = await _api_keys(settings, store, clock.now())
+        if answers:
+            keys, api_key = await _api_keys(settings, store, clock.now())
+        else:
+            keys, api_key = _saved_key(settings, store, clock.now())
     except BaseException:
         await store.close()
         raise
@@ -339,27 +485,23 @@ async def start(settings: Settings) -> Running:
     offered = settings.offerings
     catalog = await world.prices(
         load_catalog(),
-        [*offered.types, *offered.standby_types, settings.slo_monitor.instance_type],
+        [
+            *offered.types,
+            *offered.standby_types,
+            *filter(None, [settings.slo_monitor.instance_type]),
+        ],
     )
     run.catalog = catalog
-    if world.control_loop and world.fleet is not None:
-        run.controller = await _controller(settings, world, world.fleet, store, sources, catalog)
-        runner.app[STATE].more_metrics = run.controller.prometheus
-        run.controller.health = run.health.view
-        # A restarted daemon plans with the fleet it left behind, never buying it twice.
-        adopted = await run.controller.adopt(clock.now())
-        if adopted:
-            log.info("adopted %d instance(s) this cluster owns", len(adopted))
+    runner.app[STATE].more_metrics = lambda: _store_metrics(store)
+    if answers:
+        await _start_control(run, clock)
+    else:  # the control loop waits for the store; serving does not
+        run.tasks.append(asyncio.create_task(_when_store_answers(run, clock)))
     # Serve (and plan) with the instances that serve now, not with none until a later sync.
     first = await _first_sync(run)
     run.serving_tasks.append(asyncio.create_task(_sync_after(run, first)))
     intake.open()
-    if run.controller is not None:
-        run.tasks.append(asyncio.create_task(run.controller.run(clock)))
-        run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))
-        run.tasks.append(asyncio.create_task(_handle_interruptions(run)))
-        if world.interruptions is not None:
-            run.tasks.append(asyncio.create_task(world.interruptions.run()))
+    _control_tasks(run, clock)
     run.jobs = world.jobs(catalog)
     for job in run.jobs:
         run.tasks.append(asyncio.create_task(_every(job.every_s, job.name, job.run)))
@@ -438,6 +580,11 @@ async def stop(run: Running, hurry: asyncio.Event | None = None) -> None:
     await _cancel(run.serving_tasks)
     with contextlib.suppress(Exception):
         await _flush(run, everything=True)
+    if run.store.outbox is not None and run.store.outbox.buffered_rows:
+        log.warning(
+            "the store still cannot be reached: %d buffered row(s) of bookkeeping lost",
+            run.store.outbox.buffered_rows,
+        )
     for job in run.jobs:
         if job.at_stop:
             with contextlib.suppress(Exception):

@@ -74,6 +74,8 @@ class StepConfig:
     standby_capacity_rps: float = 0.0
     standby_loss_fraction: float = 0.25
     unavailable_ttl_s: float = 180.0
+    pooled: bool = True
+    """Plan at pooled per-instance capacity (``provisioner.pooling``), not stand-alone."""
 
 
 @dataclass(frozen=True)

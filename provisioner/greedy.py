@@ -72,7 +72,9 @@ class PlannerOption:
     ``capacity_rps`` is the rate it sustains within the SLO (C_i);
     ``launch_overhead`` is the dollars paid while it boots (O_i);
     ``latency_s`` is the latency of a request on an idle instance, used to drop
-    offerings that cannot meet the SLO however little load they get.
+    offerings that cannot meet the SLO however little load they get;
+    ``pool`` is (k, C_i per instance when k instances serve the model together)
+    for the pool sizes measured (``provisioner.pooling``); empty: C_i at any size.
     """
 
     instance_type: str
@@ -81,6 +83,7 @@ class PlannerOption:
     capacity_rps: float
     launch_overhead: float = 0.0
     latency_s: float = 0.0
+    pool: tuple[tuple[int, float], ...] = ()
 
     @property
     def key(self) -> OptionKey:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from provisioner.control_state import (
+    SERVING_ROLES,
     Change,
     ControlState,
     Launch,
@@ -27,6 +28,8 @@ from provisioner.control_state import (
     Snapshot,
     StepConfig,
 )
+from provisioner.greedy import PlannerOption
+from provisioner.pooling import capacity_in_pool
 from provisioner.spot import (
     SpotHolding,
     Standby,
@@ -36,6 +39,11 @@ from provisioner.spot import (
     standbys_to_stop,
 )
 from provisioner.step import price_within_rails
+
+
+def member_capacity(option: PlannerOption, pool: int, cfg: StepConfig) -> float:
+    """What one instance carries in a serving pool of ``pool``, as the planner counts it."""
+    return capacity_in_pool(option, pool) if cfg.pooled else option.capacity_rps
 
 
 def standby_pool_step(
@@ -85,13 +93,14 @@ def standby_pool_step(
             )
     # Freshly launched standbys are stopped once they have booted (EC2 cannot launch
     # straight into "stopped"); started ones are stopped once replacements serve.
-    ready = sum(
-        by_key[m.key].capacity_rps
+    booted = [
+        m
         for m in serving
         if m.state in ("running", "ready")
         and snap.now >= m.launched_at + cfg.boot_s  # booted and serving, not just "running"
         and m.key in by_key
-    )
+    ]
+    ready = sum(member_capacity(by_key[m.key], len(booted), cfg) for m in booted)
     need = max(0.0, load_now - ready)
     active = [Standby(m.instance_id, cap) for m in standbys if m.state in ("running", "ready")]
     held = snap.now < state.of(snap.model).hold_standbys_until
@@ -136,7 +145,8 @@ def interruption_step(
     now = snap.now
     reclaim_at = action_at if action_at is not None else now + 120.0
     opt = next((o for o in snap.options if o.key == victim.key), None)
-    lost = opt.capacity_rps if opt is not None else 0.0
+    serving = sum(1 for m in snap.mine() if m.live and m.role in SERVING_ROLES)
+    lost = member_capacity(opt, serving, cfg) if opt is not None else 0.0
     response = on_interruption_notice(
         victim.key, lost, _stopped_standbys(snap, cfg), state.avoid, now
     )

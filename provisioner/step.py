@@ -7,7 +7,8 @@ around the planner live here, in one place and in this order:
 
 1. the forecast is clipped to what the history supports (``forecast_sanity``);
 2. the planner plans over the offerings not being avoided, counting the
-   model's live serving and backup instances, less those with a spot notice;
+   model's live serving and backup instances, less those with a spot notice,
+   at the capacity each has in the pool it plans (``pooling``);
 3. the guards: reuse before launch, cool-down, billing minimum, fleet bound,
    and no retirement while the SLO monitor's backups are being judged;
 4. the spend rails: no launch past the model's or the cluster's $/h.
@@ -36,6 +37,7 @@ from provisioner.control_state import (
 from provisioner.forecast_sanity import clip_forecast
 from provisioner.greedy import OptionKey, Plan, PlannerOption, RunningInstance, plan_greedy
 from provisioner.guards import FleetInstance, GuardState, RawDecision, apply_guards
+from provisioner.pooling import plan_pooled
 from provisioner.slo_monitor import (
     BackupLaunch,
     SloMonitorConfig,
@@ -94,7 +96,8 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         and m.instance_id not in state.doomed
     ]
     running = [_running(m, by_key[m.key], now, cfg) for m in mine if m.key in by_key]
-    plan = plan_greedy(
+    planner = plan_pooled if cfg.pooled else plan_greedy
+    plan = planner(
         forecast,
         running,
         options,

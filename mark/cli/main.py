@@ -58,8 +58,15 @@ def _root(
         metavar="KEY=VALUE",
         help="override one setting, e.g. --set world=sim --set timings.cooldown_s=600",
     ),
+    log_format: str | None = typer.Option(
+        None,
+        "--log-format",
+        help="json|text|auto (= --set log_format=...); auto: JSON in the aws world or "
+        "when stderr is not a terminal",
+    ),
 ) -> None:
-    ctx.obj = CliState(config_file=config, overrides=list(overrides))
+    extra = [f"log_format={log_format}"] if log_format is not None else []
+    ctx.obj = CliState(config_file=config, overrides=[*overrides, *extra])
 
 
 app.command("catalog")(catalog_cmd.catalog)

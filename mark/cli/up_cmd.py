@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from mark import logs
 from mark.cli.context import console, run_async, state
 from mark.config import ModelSpec
 
@@ -30,6 +31,9 @@ def up(
         cli.overrides.append(f"api.host={host}")
     settings = cli.settings()
     model = settings.models[0]
+    logs.configure(
+        logs.choose_format(settings.log_format, settings.world), settings.log_level.upper()
+    )
 
     def ready(run: Running) -> None:
         url = run.url

@@ -77,6 +77,24 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default: a SQLite file in data_dir"
     )
+    database_connect_timeout_s: float = Field(
+        default=5.0, gt=0, description="PostgreSQL: how long connecting may take"
+    )
+    database_statement_timeout_s: float = Field(
+        default=10.0, gt=0, description="how long one statement (SQLite: a lock) may take"
+    )
+    database_buffer_rows: int = Field(
+        default=10_000,
+        ge=0,
+        description="bookkeeping rows kept while the database cannot be reached; "
+        "past it the oldest are dropped (counted)",
+    )
+    log_format: Literal["auto", "json", "text"] = Field(
+        default="auto",
+        description="log lines as JSON objects or text; auto: JSON in the aws world or "
+        "when stderr is not a terminal",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
     aws: AwsSpec = AwsSpec()
     api: ApiSpec = ApiSpec()
     local: LocalSpec = LocalSpec()

@@ -194,13 +194,18 @@ class SloMonitorSpec(_Strict):
 
     last_m: int = Field(default=100, ge=1, description="M: requests looked at")
     launch_l: int = Field(default=1, ge=1, description="L: instances launched on a miss streak")
-    instance_type: str = Field(default="c5.large", description="T: type of the backups")
+    instance_type: str | None = Field(
+        default=None,
+        description="T: type of the backups; unset: the model's cheapest on-demand offering "
+        "by hourly price (provisioner/slo_monitor.py backup_type)",
+    )
     holdoff_s: float = Field(default=120, ge=0, description="no second launch within this")
 
     @field_validator("instance_type")
     @classmethod
-    def _known(cls, v: str) -> str:
-        _check_types([v], "instance type")
+    def _known(cls, v: str | None) -> str | None:
+        if v is not None:
+            _check_types([v], "instance type")
         return v
 
 
@@ -257,6 +262,14 @@ class PlannerSpec(_Strict):
     """What the planner may do beyond buying rated offerings."""
 
     explore_unprofiled: ExploreSpec = ExploreSpec()
+    pooled_capacity: bool = Field(
+        default=True,
+        description="rate instances by what each carries within the SLO in a pool of the "
+        "size planned (the dispatcher pools a model's instances), not alone "
+        "(provisioner/pooling.py); false plans with stand-alone capacities as the paper. "
+        "A pool runs close to saturation and leans on the Bouncer spilling its transient "
+        "overload to Lambda: set false for a model whose spill cannot answer within RT_max",
+    )
 
 
 OrphanKind = Literal["removed-model", "beyond-pool"]

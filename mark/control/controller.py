@@ -11,6 +11,11 @@ What a restart needs of the control state is saved in the store after every
 task and restored when the controller takes over (``adopt``); only the
 controller holding the cluster's lease in the database acts
 (``mark.control.durable``).
+
+While the store cannot be reached (``SqlStore.ping`` before each step), the controller
+holds the fleet: no step plans on a history it cannot read, and the SLO monitor
+launches no backup until a step finds the store back; a spot notice still starts
+standbys (the cloud's view of the fleet is fresh) but its re-plan waits for that step.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from mark.catalog import Catalog, load_catalog
 from mark.config import ModelSpec, Settings
@@ -46,10 +54,11 @@ from mark.control.step_runner import (
     start_standbys,
     sweep_orphans,
 )
+from mark.errors import StoreError
 from mark.ports import Clock, Fleet, InstanceInfo, InterruptionNotice, Store
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
-from provisioner.control_state import ControlState, Snapshot, StepConfig, forget_gone
+from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, forget_gone
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
@@ -57,6 +66,13 @@ from provisioner.standby_step import interruption_step
 from provisioner.step import slo_step
 
 log = logging.getLogger("mark.control")
+
+
+@runtime_checkable
+class Pingable(Protocol):
+    """A store that can say whether it answers (``SqlStore``)."""
+
+    async def ping(self) -> None: ...
 
 
 @dataclass
@@ -139,6 +155,7 @@ class Controller:
             Reconciler(fleet, t.update_period_s, unavailable_ttl_s),
         )
         self._lock = asyncio.Lock()
+        self._store_up = True
         self.health: Callable[[], tuple[Mapping[str, HealthFact], float] | None] | None = None
         """Agents' health as the daemon sees it; None (the simulator): no health rules."""
 
@@ -185,7 +202,7 @@ class Controller:
         """One planning step for every model, then the orphan sweep; nothing (an empty
         list) while another controller holds the lease."""
         async with self._lock:
-            if not await self._lead(now):
+            if not await self._store_answers(now) or not await self._lead(now):
                 return []
             out = await self._step(now)
             await self._durable.save(self.state, now)
@@ -283,11 +300,13 @@ class Controller:
         (inf for failures). Returns the ids of the backups launched.
         """
         async with self._lock:
-            if not await self._may_act(now):
+            if not self._store_up or not await self._may_act(now):
                 return []
             launched: list[str] = []
             for spec in self.settings.models:
-                monitor = monitor_config(self.settings, spec)
+                monitor = monitor_config(self.settings, spec, self.options.get(spec.name, ()))
+                if monitor is None:
+                    continue
                 action, self.state = slo_step(
                     self.state, spec.name, now, monitor, latencies.get(spec.name, ())
                 )
@@ -336,7 +355,8 @@ class Controller:
                 started, self.state = await start_standbys(
                     res, inst, fleet, now, self._parts.recorder, self._parts.reconciler
                 )
-                await self._step(now)  # replacements now, avoiding the interrupted offering
+                if await self._store_answers(now):  # else the first step after the outage
+                    await self._step(now)  # replacements now, avoiding the interrupted offering
             await self._durable.save(self.state, now)
             return started
 
@@ -355,6 +375,32 @@ class Controller:
         async with self._lock:
             await self._durable.resign()
             self._leading = False
+
+    async def _store_answers(self, now: float) -> bool:
+        """Whether the store answers; the first failure and the recovery are logged and
+        recorded (``store-unavailable``, ``store-back``: written once it answers)."""
+        if not isinstance(self.store, Pingable):
+            return True
+        try:
+            await self.store.ping()
+        except StoreError as exc:
+            if self._store_up:
+                log.warning("%s: holding the fleet, planning nothing until it answers", exc)
+                await self._note_store("store-unavailable", f"{exc}; fleet held", now)
+            self._store_up = False
+            return False
+        if not self._store_up:
+            log.info("the store answers again: planning resumes")
+            await self._note_store("store-back", "the store answers again; planning resumes", now)
+        self._store_up = True
+        return True
+
+    async def _note_store(self, action: str, why: str, now: float) -> None:
+        for spec in self.settings.models:
+            try:  # buffered by the store's outbox; without one, only the log has it
+                await self._parts.recorder.record(spec.name, now, [Note(action, why)])
+            except (StoreError, SQLAlchemyError, OSError) as exc:
+                log.warning("cannot record %s: %s", action, exc)
 
     async def _may_act(self, now: float) -> bool:
         """Whether to act between steps: the lease last taken still lasts, or it can be

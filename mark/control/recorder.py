@@ -23,6 +23,11 @@ log = logging.getLogger("mark.control")
 
 WARN_ACTIONS = frozenset({"spend-rail", "forecast-clipped"})
 """Decisions that also go to the log as warnings: a user should look at them."""
+LAUNCHES = frozenset({"launch", "backup", "launch-standby", "explore"})
+"""Decisions that launched instances (``Reconciler.launch``'s notes), by role."""
+RETIREMENTS = frozenset({"retire", "replace-unhealthy", "retire-orphan", "explore-done"})
+"""Decisions that terminate an instance: cool-down over, unhealthy, orphan, measured."""
+BILLED_STATES = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY})
 
 
 @dataclass
@@ -32,6 +37,17 @@ class Recorder:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     """(model, action) → how many, for the actions in ``WARN_ACTIONS``."""
     _billed: set[str] = field(default_factory=set)
+    decided: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(model, action) → decisions taken, every action."""
+    launches: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    retirements: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    """(model, reason, type, market) → instances launched / retired."""
+    ec2_cost: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(model, market) → $ billed for instances ended."""
+    _offering: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """instance id → (type, market), for a retirement note that names only the instance."""
+    _fleet: dict[str, tuple[str, str, str, str, float]] = field(default_factory=dict)
+    """Billed instances: id → (model, type, market, role, $/h), from recorded states."""
 
     def price(self, instance_type: str, market: str) -> float:
         try:
@@ -43,6 +59,7 @@ class Recorder:
         """Notes as decision rows; the ones a user must see are logged and counted too."""
         out = []
         for n in notes:
+            self._count(model, n)
             if n.action in WARN_ACTIONS:
                 log.warning("%s: %s", model, n.reason)
                 key = (model, n.action)
@@ -61,6 +78,18 @@ class Recorder:
             )
         return out
 
+    def _count(self, model: str, n: Note) -> None:
+        """Every decision for ``/metrics``; launches and retirements by offering."""
+        key = (model, n.action)
+        self.decided[key] = self.decided.get(key, 0) + 1
+        if n.action not in LAUNCHES | RETIREMENTS:
+            return
+        known = self._offering.get(n.instance_id or "", ("unknown", "unknown"))
+        offering = (n.instance_type or known[0], n.market or known[1])
+        counts = self.launches if n.action in LAUNCHES else self.retirements
+        k = (model, n.action, *offering)
+        counts[k] = counts.get(k, 0) + n.count
+
     async def record(self, model: str, now: float, notes: Sequence[Note]) -> None:
         """Notes outside a plan (backups, spot notices) go straight to the store."""
         for d in self.decisions(model, now, notes):
@@ -74,6 +103,13 @@ class Recorder:
     ) -> None:
         """Record an instance's state (inserting it if the store has not seen it: an
         instance adopted from the cloud, or launched by hand)."""
+        price = self.price(inst.instance_type, inst.market.value)
+        self._offering[inst.instance_id] = (inst.instance_type, inst.market.value)
+        if state in BILLED_STATES:
+            what = (inst.model, inst.instance_type, inst.market.value, inst.role.value, price)
+            self._fleet[inst.instance_id] = what
+        else:
+            self._fleet.pop(inst.instance_id, None)
         await self.store.upsert_instance(
             InstanceRecord(
                 inst.instance_id,
@@ -82,7 +118,7 @@ class Recorder:
                 inst.market.value,
                 inst.role.value,
                 state.value,
-                self.price(inst.instance_type, inst.market.value),
+                price,
                 inst.launched_at,
                 now,
                 inst.address,
@@ -106,6 +142,8 @@ class Recorder:
             self._billed.add(inst.instance_id)
             price = self.price(inst.instance_type, inst.market.value)
             charge = ec2_charge(price, inst.launched_at, end)
+            key = (model, inst.market.value)
+            self.ec2_cost[key] = self.ec2_cost.get(key, 0.0) + charge.cost
             entries.append(
                 LedgerEntry(
                     kind="ec2",
@@ -126,12 +164,43 @@ class Recorder:
             await self.store.add_charges(entries)
 
     def prometheus(self) -> str:
-        """Counters for ``/metrics``: spend-rail hits and forecast clips, per model."""
+        """``/metrics``: every decision; launches and retirements by reason and offering;
+        the billed fleet and its $/h; EC2 $ billed; spend-rail hits, forecast clips."""
         names = {
             "spend-rail": "mark_spend_rail_hits_total",
             "forecast-clipped": "mark_forecast_clips_total",
         }
-        return "".join(
-            f'{names[action]}{{model="{model}"}} {n}\n'
+        lines = [
+            f'{names[action]}{{model="{model}"}} {n}'
             for (model, action), n in sorted(self.counts.items())
-        )
+        ]
+        lines += [
+            f'mark_decisions_total{{model="{m}",action="{a}"}} {n}'
+            for (m, a), n in sorted(self.decided.items())
+        ]
+        for name, counts in (
+            ("mark_launches_total", self.launches),
+            ("mark_retirements_total", self.retirements),
+        ):
+            lines += [
+                f'{name}{{model="{m}",reason="{r}",type="{t}",market="{k}"}} {n}'
+                for (m, r, t, k), n in sorted(counts.items())
+            ]
+        fleet: dict[tuple[str, str, str, str], int] = {}
+        cost: dict[tuple[str, str], float] = {}
+        for model, itype, market, role, price in self._fleet.values():
+            fleet[model, itype, market, role] = fleet.get((model, itype, market, role), 0) + 1
+            cost[model, market] = cost.get((model, market), 0.0) + price
+        lines += [
+            f'mark_fleet_instances{{model="{m}",type="{t}",market="{k}",role="{r}"}} {n}'
+            for (m, t, k, r), n in sorted(fleet.items())
+        ]
+        lines += [
+            f'mark_fleet_cost_per_hour_dollars{{model="{m}",market="{k}"}} {c:.6f}'
+            for (m, k), c in sorted(cost.items())
+        ]
+        lines += [
+            f'mark_ec2_cost_dollars_total{{model="{m}",market="{k}"}} {c:.6f}'
+            for (m, k), c in sorted(self.ec2_cost.items())
+        ]
+        return "".join(f"{line}\n" for line in lines)

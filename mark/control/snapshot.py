@@ -17,7 +17,7 @@ from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
 from provisioner.health_step import HealthConfig
 from provisioner.orphan_step import OrphanConfig, StandbyPool
-from provisioner.slo_monitor import SloMonitorConfig
+from provisioner.slo_monitor import SloMonitorConfig, backup_type
 from provisioner.spend_rails import SpendLimits
 
 Price = Callable[[str, str], float]
@@ -70,6 +70,7 @@ def step_config(
         standby_capacity_rps=standby_capacity_rps,
         standby_loss_fraction=standby_loss_fraction,
         unavailable_ttl_s=unavailable_ttl_s,
+        pooled=settings.planner.pooled_capacity,
     )
 
 
@@ -129,14 +130,20 @@ def orphan_config(
     )
 
 
-def monitor_config(settings: Settings, spec: ModelSpec) -> SloMonitorConfig:
+def monitor_config(
+    settings: Settings, spec: ModelSpec, options: Sequence[PlannerOption]
+) -> SloMonitorConfig | None:
+    """The SLO monitor's settings for one model; None when no backup type can serve it."""
     mon = settings.slo_monitor
+    itype = mon.instance_type or backup_type(options)
+    if itype is None:
+        return None
     return SloMonitorConfig(
         rt_max_s=spec.slo.rt_max_ms / 1000.0,
         sl_min=spec.slo.sl_min,
         window=mon.last_m,
         launch_count=mon.launch_l,
-        instance_type=mon.instance_type,
+        instance_type=itype,
         holdoff_s=mon.holdoff_s,
     )
 

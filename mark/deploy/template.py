@@ -93,11 +93,14 @@ class Parameter:
                 raise ConfigError(f"parameter {self.name}={value}: must be >= {self.min_value:g}")
             if self.max_value is not None and number > self.max_value:
                 raise ConfigError(f"parameter {self.name}={value}: must be <= {self.max_value:g}")
-        elif self.allowed_pattern is not None and not re.fullmatch(self.allowed_pattern, value):
-            raise ConfigError(
-                f"parameter {self.name}={value!r}: must match {self.allowed_pattern} "
-                f"({self.description})"
-            )
+        elif self.allowed_pattern is not None:
+            # As CloudFormation does: a list's pattern is each item's.
+            items = value.split(",") if self.type == "CommaDelimitedList" else [value]
+            if not all(re.fullmatch(self.allowed_pattern, item) for item in items):
+                raise ConfigError(
+                    f"parameter {self.name}={value!r}: must match {self.allowed_pattern} "
+                    f"({self.description})"
+                )
         return value
 
 

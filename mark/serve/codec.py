@@ -45,6 +45,10 @@ class BadRequest(Exception):
         self.status = status
         self.message = message
 
+    def __reduce__(self) -> tuple[type[BadRequest], tuple[int, str]]:
+        # Raised in the parser processes too (``mark.serve.endpoint``): it must unpickle.
+        return BadRequest, (self.status, self.message)
+
 
 @dataclass(frozen=True)
 class Tensor:
@@ -76,6 +80,31 @@ def split_v2(body: bytes, header_length: str | None) -> tuple[Any, bytes]:
     except ValueError as exc:
         raise BadRequest(400, str(exc)) from None
     return parse_json(head), binary
+
+
+@dataclass(frozen=True)
+class V2Request:
+    """A V2 request parsed: its input, whether it wants binary output, and its id."""
+
+    tensor: Tensor
+    binary_output: bool
+    request_id: str | None
+
+
+def read_v1(body: bytes, schema: InputSchema, max_batch: int) -> Tensor:
+    """A V1 request body, bytes to validated tensor (one call, so it can run elsewhere)."""
+    return parse_v1(parse_json(body), schema, max_batch)
+
+
+def read_v2(
+    body: bytes, header_length: str | None, schema: InputSchema, max_batch: int
+) -> V2Request:
+    """A V2 request body, bytes to validated tensor and output wishes (one call, so it can
+    run elsewhere)."""
+    obj, binary = split_v2(body, header_length)
+    tensor = parse_v2(obj, schema, max_batch, binary)
+    request_id = obj.get("id") if isinstance(obj.get("id"), str) else None
+    return V2Request(tensor, parse_v2_outputs(obj), request_id)
 
 
 def _parameters(obj: Mapping[str, Any], what: str) -> Mapping[str, Any]:

@@ -56,6 +56,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from bouncer.agent_token import token_headers
 from bouncer.latency import BatchLatency
 from bouncer.routing import (
     SPILL_CHUNK,
@@ -268,7 +269,7 @@ class Dispatcher:
         self.backends = fresh
         for iid in [i for i in self._flights if i not in fresh]:
             for flight in list(self._flights.get(iid, ())):
-                self._end_flight(flight, "its instance left the backends")
+                self._end_flight(flight, "its instance left the backends", cause="drain")
 
     @property
     def can_serve(self) -> bool:
@@ -299,7 +300,7 @@ class Dispatcher:
                 self._finish(r, None, SHUTTING_DOWN, "none")
             return [o for o in group.outcomes if o is not None]
         if spill_now:
-            self._spill(reqs)
+            self._spill(reqs, "retry")
         else:
             for r in reqs:
                 self._queue.put_nowait(r)
@@ -344,7 +345,7 @@ class Dispatcher:
                 batch = [first]
                 while not self._queue.empty() and len(batch) < SPILL_CHUNK:
                     batch.append(self._queue.get_nowait())
-                self._spill(batch)
+                self._spill(batch, "no-backend")
                 continue
             # Held where ``close`` finds it: cancelled while it fills, the batch is
             # neither queued nor in flight, and would otherwise be lost.
@@ -372,7 +373,7 @@ class Dispatcher:
             current = self.backends.get(backend.instance_id)
             backend = current if current and current.penalised_until <= now else self._pick()
             if backend is None:
-                self._spill(batch)
+                self._spill(batch, "no-backend")
                 continue
             # Reserve the instance now so the next batch sees it busy.
             backend.busy_until = backend.finish_if_sent(now, len(batch))
@@ -411,9 +412,9 @@ class Dispatcher:
             del self._flights[flight.instance_id]
         return True
 
-    def _end_flight(self, flight: _Flight, failure: str | None) -> None:
-        """Settle a flight once: stop its exchange and spill what the instance still owes;
-        a failure that left requests owed penalises the instance."""
+    def _end_flight(self, flight: _Flight, failure: str | None, cause: str = "failure") -> None:
+        """Settle a flight once: stop its exchange and spill what the instance still owes
+        (counted under ``cause``); a failure that left requests owed penalises the instance."""
         if not self._untrack(flight):
             return
         owed = [r for r in flight.batch if r.owed]
@@ -424,7 +425,7 @@ class Dispatcher:
             self._penalise(flight.instance_id)
         if flight.task is not None and flight.task is not asyncio.current_task():
             flight.task.cancel()
-        self._spill(owed)
+        self._spill(owed, cause)
 
     def _penalise(self, instance_id: str) -> None:
         """No batches to the instance for a grace, and a ``busy_until`` that says so."""
@@ -451,7 +452,7 @@ class Dispatcher:
         try:
             await self._exchange(flight, body)
         except asyncio.CancelledError:
-            self._end_flight(flight, None)  # abandoned (already settled) or shutting down
+            self._end_flight(flight, None, cause="closing")  # abandoned (settled) or closing
             raise
         except Exception as exc:  # any failure, expected or not: what is owed spills
             self._end_flight(flight, f"failed a batch: {type(exc).__name__}: {exc}")
@@ -462,7 +463,7 @@ class Dispatcher:
         backend, batch = flight.backend, flight.batch
         iid = backend.instance_id
         async with self.session.post(
-            f"{backend.url}{BATCH_PATH}", data=body, headers=_JSON
+            f"{backend.url}{BATCH_PATH}", data=body, headers={**_JSON, **token_headers()}
         ) as resp:
             if resp.status != 200:
                 raise aiohttp.ClientResponseError(
@@ -476,7 +477,8 @@ class Dispatcher:
                 current.busy_until = max(now, head.finish, current.penalised_until)
             # What the Bouncer rejects (or leaves out) goes to Lambda while it has time.
             taken = set(head.admitted)
-            self._spill([r for i, r in enumerate(batch) if i not in taken])
+            rejected = [r for i, r in enumerate(batch) if i not in taken]
+            self._spill(rejected, "rejected", backend.instance_type)
             admitted = [batch[i] for i in head.admitted]
             if admitted:
                 last = max(r.deadline for r in admitted)
@@ -500,8 +502,11 @@ class Dispatcher:
 
     # -- spill -----------------------------------------------------------
 
-    def _spill(self, reqs: Sequence[_Request]) -> None:
-        """Hand to Lambda each request still owed: its last hop, taken once."""
+    def _spill(
+        self, reqs: Sequence[_Request], cause: str, instance_type: str | None = None
+    ) -> None:
+        """Hand to Lambda each request still owed: its last hop, taken once. ``cause``
+        (``telemetry.SPILL_CAUSES``) is what ``/metrics`` counts it under."""
         todo = [r for r in reqs if r.owed]
         for r in todo:
             r.spilled = True
@@ -515,6 +520,8 @@ class Dispatcher:
             for r in todo:
                 self._finish(r, None, "no serving capacity and no spill function", "none")
             return
+        if self.telemetry is not None:
+            self.telemetry.spilled(cause, len(todo), instance_type)
         # Invocations run side by side, as Lambda scales out per concurrent request.
         for s in range(0, len(todo), SPILL_CHUNK):
             self._spawn(self._invoke(self.serverless, todo[s : s + SPILL_CHUNK]))

@@ -38,10 +38,17 @@ retry is one more spill invocation, so an answer comes within the dispatcher's
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+import multiprocessing
+import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
 from importlib import metadata
+from typing import ParamSpec, TypeVar
 
 from aiohttp import web
 
@@ -57,11 +64,8 @@ from mark.serve.codec import (
     encode_v1,
     encode_v2,
     encode_v2_binary,
-    parse_json,
-    parse_v1,
-    parse_v2,
-    parse_v2_outputs,
-    split_v2,
+    read_v1,
+    read_v2,
 )
 from mark.serve.dispatcher import Dispatcher, Outcome
 from mark.serve.intake import Intake, Phase
@@ -80,6 +84,63 @@ RETRY_AFTER_S = "1"
 or (draining) another replica behind the load balancer."""
 LISTED_ROWS = 10
 """At most this many failed rows are named in an error."""
+
+
+INLINE_BODY_BYTES = 64 * 1024
+"""Bodies up to this size are parsed on the event loop; larger ones in a parser process.
+
+Parsing costs about 10 ms per MiB (orjson, then numpy's list-to-array), so 64 KiB
+stalls the loop that runs every model's batcher for under a millisecond, while a
+parser process round trip costs about as much. Threads would not do: orjson and
+numpy hold the GIL for the whole parse (a 9 MiB body stalled the loop 60 ms from a
+thread, 100 ms inline, 6 ms from a process: ``tests/mark/serve/loop_lag.py``)."""
+PARSER_PROCESSES = 2
+"""At most this many parser processes, however many big bodies arrive: a flood queues
+(each body already bounded by ``api.max_body_bytes``) instead of forking without end."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+@dataclass
+class Parsing:
+    """Where request bodies are parsed: small ones inline, big ones in a bounded process
+    pool (started on the first big body, so a daemon never sent one pays nothing)."""
+
+    inline_bytes: int = INLINE_BODY_BYTES
+    processes: int = PARSER_PROCESSES
+    _pool: ProcessPoolExecutor | None = field(default=None, repr=False)
+
+    async def run(self, size: int, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``fn(*args)``, off the event loop when ``size`` is over ``inline_bytes``;
+        its exceptions (``BadRequest``) are raised here either way. A parser process that
+        died (killed for memory, say) fails the requests it had with a 503 and the next
+        big body gets a new pool, instead of every later one failing on a broken pool."""
+        if size <= self.inline_bytes:
+            return fn(*args, **kwargs)
+        if self._pool is None:
+            # forkserver, not fork: the daemon has threads, and a forked child would
+            # inherit their locks; the server forks workers from a clean process.
+            ctx = multiprocessing.get_context(
+                "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            )
+            self._pool = ProcessPoolExecutor(
+                max_workers=max(1, min(self.processes, os.cpu_count() or 1)), mp_context=ctx
+            )
+        pool = self._pool
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+        except BrokenProcessPool:
+            log.error("a request parser process died; a new pool starts with the next big body")
+            if self._pool is pool:
+                self.close()
+            raise BadRequest(503, "the request parser failed; retry") from None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
 
 def _version() -> str:
@@ -109,6 +170,8 @@ class ApiState:
     """The control loop's counters, once it runs (spend-rail hits, forecast clips)."""
     version: str = "0+unknown"
     """mark's own version, as server metadata reports it."""
+    parsing: Parsing = field(default_factory=Parsing)
+    """Where request bodies are parsed (big ones off the event loop)."""
 
 
 STATE: web.AppKey[ApiState] = web.AppKey("mark_api", ApiState)
@@ -308,9 +371,11 @@ def _failure(ran: Ran) -> web.Response | None:
 
 async def predict_v1(request: web.Request) -> web.Response:
     served = _served(request)
-    body = parse_json(await request.read())
-    tensor = parse_v1(body, served.spec.input, MAX_INSTANCES_PER_REQUEST)
-    ran = await _run(request.app[STATE], served, tensor)
+    state = request.app[STATE]
+    body = await request.read()
+    schema = served.spec.input
+    tensor = await state.parsing.run(len(body), read_v1, body, schema, MAX_INSTANCES_PER_REQUEST)
+    ran = await _run(state, served, tensor)
     outcomes = ran.outcomes
     return _failure(ran) or _json(
         encode_v1([o.output for o in outcomes]), headers=_served_by(request, outcomes)
@@ -319,17 +384,21 @@ async def predict_v1(request: web.Request) -> web.Response:
 
 async def infer_v2(request: web.Request) -> web.Response:
     served = _served(request)
-    body, binary = split_v2(await request.read(), request.headers.get(HEADER_LENGTH))
-    tensor = parse_v2(body, served.spec.input, MAX_INSTANCES_PER_REQUEST, binary)
-    binary_output = parse_v2_outputs(body)
-    ran = await _run(request.app[STATE], served, tensor)
+    state = request.app[STATE]
+    body = await request.read()
+    given_length = request.headers.get(HEADER_LENGTH)
+    schema = served.spec.input
+    parsed = await state.parsing.run(
+        len(body), read_v2, body, given_length, schema, MAX_INSTANCES_PER_REQUEST
+    )
+    ran = await _run(state, served, parsed.tensor)
     failure = _failure(ran)
     if failure is not None:
         return failure
     outcomes = ran.outcomes
-    req_id = body.get("id") if isinstance(body.get("id"), str) else None
+    req_id = parsed.request_id
     outputs = [o.output for o in outcomes]
-    if not binary_output:
+    if not parsed.binary_output:
         served_by = _served_by(request, outcomes)
         return _json(encode_v2(served.spec.name, outputs, req_id), headers=served_by)
     payload, head_length = encode_v2_binary(served.spec.name, outputs, req_id)
@@ -402,9 +471,15 @@ def build_app(
         if models is not None
         else {m.name: Served(m, None, None) for m in settings.models}
     )
-    app[STATE] = ApiState(
+    state = ApiState(
         settings, served, intake if intake is not None else Intake(), version=_version()
     )
+    app[STATE] = state
+
+    async def close_parsing(_: web.Application) -> None:
+        state.parsing.close()
+
+    app.on_cleanup.append(close_parsing)
     v2_model = "/v2/models/{name}"
     v2_version = "/v2/models/{name}/versions/{version}"
     # A model name has no ':', so GET .../{name}:predict stays a 405, not an unknown model.

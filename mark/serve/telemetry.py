@@ -3,7 +3,9 @@
 In memory and cheap on the request path (a few integer adds); the daemon
 drains closed windows into the store, the empty ones too: a window with no
 arrivals is a zero the forecaster must see, while a window the store does not
-have (the daemon was not running) is missing data, not zero load. ``recent``
+have (the daemon was not running) is missing data, not zero load. What is drained is
+not lost to a failed flush: while the database is out the store buffers it
+(``mark.state.outbox``). ``recent``
 keeps the last M outcomes for the SLO monitor, and the counters feed ``/metrics``.
 """
 
@@ -18,6 +20,11 @@ import numpy as np
 from mark.state.records import ArrivalWindow, LatencyRollup
 
 OUTCOMES = ("served", "spilled", "error")
+SPILL_CAUSES = ("rejected", "no-backend", "failure", "drain", "retry", "closing")
+"""Why requests went to Lambda: the Bouncer rejected them, no instance could take them,
+their instance failed or hung, it left the backends, the endpoint's retry of failed
+rows, or the dispatcher stopped batching."""
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MAX_EMPTY_BACKFILL_S = 3600.0
 """Empty windows are handed over for at most this long before a drain: a drain that
 comes after a longer stall (a suspended machine) leaves the older ones missing."""
@@ -42,6 +49,13 @@ class Telemetry:
     """From when windows count (empty ones included); None: from the first arrival or drain."""
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     latency_sum_s: float = 0.0
+    latency_buckets: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S))
+    within_slo: int = 0
+    over_slo: int = 0
+    spills: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SPILL_CAUSES, 0))
+    rejects: dict[str, int] = field(default_factory=dict)
+    """Bouncer rejects by instance type."""
+    lambda_cost: float = 0.0
     _arrivals: dict[float, int] = field(default_factory=dict)
     _minutes: dict[float, _Minute] = field(default_factory=dict)
     recent: deque[bool] = field(default_factory=deque)
@@ -76,7 +90,22 @@ class Telemetry:
         minute.spilled += spilled
         minute.errors += not ok
         self.recent.append(within)
+        self.within_slo += within
+        self.over_slo += not within
+        for i, edge in enumerate(LATENCY_BUCKETS_S):
+            if latency_s <= edge:
+                self.latency_buckets[i] += 1
         self._fresh.append(latency_s if ok else math.inf)
+
+    def spilled(self, cause: str, n: int, instance_type: str | None = None) -> None:
+        """``n`` requests handed to Lambda for ``cause`` (``rejected``: by an agent of
+        ``instance_type``)."""
+        self.spills[cause] = self.spills.get(cause, 0) + n
+        if cause == "rejected" and instance_type is not None:
+            self.rejects[instance_type] = self.rejects.get(instance_type, 0) + n
+
+    def lambda_charged(self, cost: float) -> None:
+        self.lambda_cost += cost
 
     def take_latencies(self) -> list[float]:
         """Latencies (inf for failures) finished since the last call: the SLO monitor's input."""
@@ -138,9 +167,23 @@ class Telemetry:
         lines = [
             f'mark_requests_total{{{label},outcome="{k}"}} {v}' for k, v in self.counts.items()
         ]
+        total = sum(self.counts.values())
+        lines += [
+            f'mark_request_latency_seconds_bucket{{{label},le="{edge:g}"}} {n}'
+            for edge, n in zip(LATENCY_BUCKETS_S, self.latency_buckets, strict=True)
+        ]
+        lines.append(f'mark_request_latency_seconds_bucket{{{label},le="+Inf"}} {total}')
         lines.append(f"mark_request_latency_seconds_sum{{{label}}} {self.latency_sum_s:.6f}")
-        lines.append(f"mark_request_latency_seconds_count{{{label}}} {sum(self.counts.values())}")
+        lines.append(f"mark_request_latency_seconds_count{{{label}}} {total}")
         ok = sum(self.recent)
         frac = ok / len(self.recent) if self.recent else 1.0
         lines.append(f"mark_recent_slo_attainment{{{label}}} {frac:.4f}")
+        lines.append(f"mark_requests_within_slo_total{{{label}}} {self.within_slo}")
+        lines.append(f"mark_requests_over_slo_total{{{label}}} {self.over_slo}")
+        lines += [f'mark_spills_total{{{label},cause="{c}"}} {n}' for c, n in self.spills.items()]
+        lines += [
+            f'mark_bouncer_rejects_total{{{label},type="{t}"}} {n}'
+            for t, n in sorted(self.rejects.items())
+        ]
+        lines.append(f"mark_lambda_cost_dollars_total{{{label}}} {self.lambda_cost:.6f}")
         return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """The state store: instances, telemetry roll-ups, plans and decisions, the cost ledger,
 API keys, the control state and the leader lease."""
 
+from mark.state.outbox import Outbox, StoreUnreachable
 from mark.state.records import (
     ApiKeyRecord,
     ArrivalWindow,
@@ -26,8 +27,10 @@ __all__ = [
     "LatencyRollup",
     "LeaseRecord",
     "LedgerEntry",
+    "Outbox",
     "PlanRecord",
     "ProfileRecord",
     "SqlStore",
+    "StoreUnreachable",
     "open_store",
 ]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import case, delete, event, or_, select, update
+from sqlalchemy import case, delete, event, or_, select, text, update
 from sqlalchemy.engine import CursorResult, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import (
@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import (
 
 from mark.errors import StoreError
 from mark.state import migrate
+from mark.state.outbox import Outbox, StoreUnreachable, unreachable
 from mark.state.records import (
     ApiKeyRecord,
     ArrivalWindow,
@@ -54,44 +55,102 @@ def _to_record(row: Base, cls: type[R], drop: Iterable[str] = ("id",)) -> R:
     return cls(**fields)
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA busy_timeout=5000")
-    cur.close()
+CONNECT_TIMEOUT_S = 5.0
+STATEMENT_TIMEOUT_S = 10.0
 
 
-def make_engine(url: str) -> AsyncEngine:
-    """An async engine; for SQLite, creates the file's folder and turns on WAL and FKs."""
+def _sqlite_pragmas(busy_ms: int) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={busy_ms}")
+        cur.close()
+
+    return on_connect
+
+
+def make_engine(
+    url: str,
+    *,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+) -> AsyncEngine:
+    """An async engine whose every wait is bounded, so a database that does not answer
+    stalls no caller for long: for SQLite, the lock wait (busy timeout; the file's folder
+    is created, WAL and FKs on); for PostgreSQL, connecting (and waiting for a pooled
+    connection) and each statement, on the server (``statement_timeout``) and, a connect
+    timeout later, in the driver (``command_timeout``: a server that stopped answering)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         db = parsed.database
         if db and db != ":memory:":
             Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        engine = create_async_engine(url, connect_args={"timeout": statement_timeout_s})
+        event.listen(
+            engine.sync_engine, "connect", _sqlite_pragmas(round(statement_timeout_s * 1000))
+        )
         return engine
-    return create_async_engine(url, pool_pre_ping=True)
+    return create_async_engine(
+        url,
+        pool_pre_ping=True,
+        pool_timeout=connect_timeout_s,
+        connect_args={
+            "timeout": connect_timeout_s,
+            # The server's timeout first (it cancels cleanly), the driver's as a backstop.
+            "command_timeout": statement_timeout_s + connect_timeout_s,
+            "server_settings": {"statement_timeout": str(round(statement_timeout_s * 1000))},
+        },
+    )
 
 
 class SqlStore:
     """Instances, telemetry roll-ups, plans and decisions, the cost ledger, API keys, the
-    control state and the leader lease."""
+    control state and the leader lease.
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    With an ``outbox`` (the daemon's), the bookkeeping writes (instance states,
+    arrivals, roll-ups, plans, decisions, charges, profiles) are buffered while the
+    database cannot be reached instead of raising (``mark.state.outbox``); reads, API
+    keys, the control state and the lease always go to the database.
+    """
+
+    def __init__(self, engine: AsyncEngine, outbox: Outbox | None = None) -> None:
         self.engine = engine
+        self.outbox = outbox
         self._session = async_sessionmaker(engine, expire_on_commit=False)
 
     async def close(self) -> None:
         await self.engine.dispose()
 
+    async def ping(self) -> None:
+        """Raise ``StoreUnreachable`` unless the database answers now; once it does, what
+        the outbox holds is written first (so a caller that acts next writes after it)."""
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StoreUnreachable(f"cannot reach the database: {_one_line(exc)}") from None
+        if self.outbox is not None:
+            await self.outbox.retry()
+
+    async def retry_pending(self) -> int:
+        """Write what the outbox holds, if the store answers; the rows written."""
+        return await self.outbox.retry() if self.outbox is not None else 0
+
+    async def _write(self, kind: str, rows: int, run: Callable[[], Awaitable[object]]) -> None:
+        if self.outbox is None:
+            await run()
+        else:
+            await self.outbox.write(kind, rows, run)
+
     async def check_schema(self) -> None:
         """Fail with a clear message when the database is not at the code's migration head."""
         try:
             current = await migrate.current_revision(self.engine)
-        except (OperationalError, DBAPIError, OSError) as exc:
-            raise StoreError(f"cannot reach the database: {_one_line(exc)}") from None
+        except (OperationalError, DBAPIError, OSError, TimeoutError) as exc:
+            raise StoreUnreachable(f"cannot reach the database: {_one_line(exc)}") from None
         head = migrate.head_revision()
         if current != head:
             raise StoreError(
@@ -99,10 +158,24 @@ class SqlStore:
                 "run `mark db upgrade`"
             )
 
+    async def prepare(self, *, upgrade: bool = False) -> None:
+        """Migrate the database first when ``upgrade``, then check it is at the code's head;
+        ``StoreUnreachable`` when it does not answer."""
+        if upgrade:
+            try:
+                await migrate.upgrade(self.engine)
+            except (OperationalError, DBAPIError, OSError, TimeoutError) as exc:
+                kind = StoreUnreachable if unreachable(exc) else StoreError
+                raise kind(f"cannot migrate the database: {_one_line(exc)}") from None
+        await self.check_schema()
+
     # -- instances -------------------------------------------------------
 
     async def upsert_instance(self, rec: InstanceRecord, reason: str | None = None) -> None:
         """Insert or update an instance; a changed state is logged as a transition."""
+        await self._write("instances", 1, lambda: self._upsert_instance(rec, reason))
+
+    async def _upsert_instance(self, rec: InstanceRecord, reason: str | None) -> None:
         async with self._session.begin() as s:
             row = await s.get(InstanceRow, rec.instance_id)
             if row is None:
@@ -128,6 +201,21 @@ class SqlStore:
     ) -> None:
         """Record a state transition; with ``only_from``, only from one of those states
         (checked in the same transaction, so a concurrent stop or terminate wins)."""
+        await self._write(
+            "instances",
+            1,
+            lambda: self._set_instance_state(instance_id, state, at, address, reason, only_from),
+        )
+
+    async def _set_instance_state(
+        self,
+        instance_id: str,
+        state: str,
+        at: float,
+        address: str | None,
+        reason: str | None,
+        only_from: Collection[str] | None,
+    ) -> None:
         async with self._session.begin() as s:
             row = await s.get(InstanceRow, instance_id)
             if row is None:
@@ -174,6 +262,10 @@ class SqlStore:
         for w in windows:
             if w.window_s <= 0 or w.count < 0:
                 raise StoreError(f"invalid arrival window {w}")
+        fixed = tuple(windows)
+        await self._write("arrivals", len(fixed), lambda: self._add_arrivals(fixed))
+
+    async def _add_arrivals(self, windows: Sequence[ArrivalWindow]) -> None:
         by_model: dict[str, dict[float, ArrivalWindow]] = {}
         for w in windows:
             by_model.setdefault(w.model, {})[w.window_start] = w
@@ -209,6 +301,9 @@ class SqlStore:
         return [_to_record(r, ArrivalWindow) for r in rows]
 
     async def add_latency_rollup(self, r: LatencyRollup) -> None:
+        await self._write("rollups", 1, lambda: self._add_latency_rollup(r))
+
+    async def _add_latency_rollup(self, r: LatencyRollup) -> None:
         async with self._session.begin() as s:
             existing = await s.scalar(
                 select(LatencyRollupRow).where(
@@ -239,7 +334,17 @@ class SqlStore:
     # -- plans and decisions ---------------------------------------------
 
     async def record_plan(self, plan: PlanRecord) -> int:
-        """Store a plan with its decisions; returns the plan's id."""
+        """Store a plan with its decisions; returns the plan's id (0 when it was buffered:
+        ids start at 1)."""
+        ids: list[int] = []
+
+        async def run() -> None:
+            ids.append(await self._record_plan(plan))
+
+        await self._write("plans", 1 + len(plan.decisions), run)
+        return ids[0] if ids else 0
+
+    async def _record_plan(self, plan: PlanRecord) -> int:
         async with self._session.begin() as s:
             row = PlanRow(
                 model=plan.model,
@@ -257,6 +362,9 @@ class SqlStore:
 
     async def record_decision(self, d: Decision) -> None:
         """A decision taken outside a plan (SLO-monitor backup, standby start)."""
+        await self._write("decisions", 1, lambda: self._record_decision(d))
+
+    async def _record_decision(self, d: Decision) -> None:
         async with self._session.begin() as s:
             s.add(DecisionRow(plan_id=None, **asdict(d)))
 
@@ -308,6 +416,9 @@ class SqlStore:
 
     async def put_profile(self, p: ProfileRecord) -> None:
         """Record a model's T_b on an instance type; a newer one of the same source replaces it."""
+        await self._write("profiles", 1, lambda: self._put_profile(p))
+
+    async def _put_profile(self, p: ProfileRecord) -> None:
         async with self._session.begin() as s:
             row = await s.scalar(
                 select(ProfileRow).where(
@@ -355,6 +466,10 @@ class SqlStore:
     # -- ledger ----------------------------------------------------------
 
     async def add_charges(self, entries: Sequence[LedgerEntry]) -> None:
+        fixed = tuple(entries)
+        await self._write("charges", len(fixed), lambda: self._add_charges(fixed))
+
+    async def _add_charges(self, entries: Sequence[LedgerEntry]) -> None:
         async with self._session.begin() as s:
             s.add_all(LedgerRow(**asdict(e)) for e in entries)
 
@@ -508,17 +623,21 @@ def _one_line(exc: BaseException) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
-async def open_store(url: str, *, upgrade: bool = False) -> SqlStore:
+async def open_store(
+    url: str,
+    *,
+    upgrade: bool = False,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+    outbox: Outbox | None = None,
+) -> SqlStore:
     """Open the store at ``url``; migrate it first when ``upgrade``, else check it is migrated."""
-    engine = make_engine(url)
-    store = SqlStore(engine)
+    engine = make_engine(
+        url, connect_timeout_s=connect_timeout_s, statement_timeout_s=statement_timeout_s
+    )
+    store = SqlStore(engine, outbox)
     try:
-        if upgrade:
-            try:
-                await migrate.upgrade(engine)
-            except (OperationalError, DBAPIError, OSError) as exc:
-                raise StoreError(f"cannot migrate the database: {_one_line(exc)}") from None
-        await store.check_schema()
+        await store.prepare(upgrade=upgrade)
     except BaseException:
         await engine.dispose()
         raise

@@ -1,20 +1,27 @@
-"""The agent over real HTTP with a real TorchScript model."""
+"""The agent over real HTTP with a real TorchScript model, and only for the frontend."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pytest
 import torch
 from aiohttp.test_utils import TestClient, TestServer
 
 from bouncer.agent import Agent
+from bouncer.agent_token import TOKEN_ENV, TOKEN_HEADER, daemon_token, token_headers, token_matches
 from bouncer.latency import BatchLatency
 from bouncer.runner import ModelLoadError, ModelRunner, load_model
+from mark.cloud.local.agents import AgentModel, _read_port, spawn_agent, stop_agent
 from mark.demo import save_torchscript
 
 
@@ -160,3 +167,84 @@ def test_an_agent_given_a_profile_emulates_it_instead_of_profiling_itself(
     assert agent.latency == given and agent.expected_latency(1) == pytest.approx(0.02)
     with pytest.raises(ValueError, match="b:seconds"):
         BatchLatency.parse("1=0.004")
+
+
+# -- only the frontend: the agent token ------------------------------------------------------
+
+
+async def test_every_route_needs_the_token(model_path: Path) -> None:
+    agent = Agent(
+        runner=ModelRunner(str(model_path)),
+        latency=BatchLatency.from_mapping({1: 0.01}),
+        example=np.zeros((2, 3), dtype=np.float32),
+        token="s3cret",
+    )
+    batch = {"instances": [[[0.0] * 3] * 2], "deadlines": [time.time() + 5]}
+    async with TestClient(TestServer(agent.app())) as client:
+        for headers in ({}, {TOKEN_HEADER: "wrong"}, {TOKEN_HEADER: "s3cre"}):
+            for method, path in (("POST", "/v1/batch"), ("GET", "/health"), ("GET", "/live")):
+                r = await client.request(method, path, json=batch, headers=headers)
+                assert r.status == 401, (path, headers)
+                assert TOKEN_HEADER in (await r.json())["error"]
+        assert agent.stats.batches == 0 and agent.queue_depth == 0  # nothing ran
+        right = {TOKEN_HEADER: "s3cret"}
+        head, tail = await _lines(await client.post("/v1/batch", json=batch, headers=right))
+        assert head["admitted"] == [0] and len(tail["outputs"]) == 1
+        assert (await client.get("/health", headers=right)).status == 200
+        assert (await client.get("/live", headers=right)).status == 200
+
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ("tests.lambda_rt.fixtures_model:tiny_mlp", "4")
+
+
+def _proc(pid: int, what: str) -> list[bytes]:
+    """A process's ``/proc`` list (``cmdline``: what ``ps`` shows; ``environ``)."""
+    return Path(f"/proc/{pid}/{what}").read_bytes().split(b"\0")
+
+
+async def test_a_spawned_agent_gets_the_token_in_its_environment_not_its_arguments() -> None:
+    """The local world's way to start an agent: others on the machine get 401, and ``ps``
+    does not show the token."""
+    model = AgentModel(TINY[0], (4,), "float32")
+    proc = await spawn_agent(model, "--latency", "1:0.001", announce=True, cwd=str(ROOT))
+    try:
+        port = await asyncio.wait_for(_read_port(proc), 60)
+        url = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{url}/health") as r:
+                assert r.status == 401
+            async with s.get(f"{url}/health", headers=token_headers()) as r:
+                assert r.status == 200 and (await r.json())["ready"]
+        argv = _proc(proc.pid, "cmdline")
+        assert daemon_token().encode() not in b" ".join(argv)
+        environ = _proc(proc.pid, "environ")
+        assert f"{TOKEN_ENV}={daemon_token()}".encode() in environ
+    finally:
+        await stop_agent(proc)
+
+
+def test_the_agent_refuses_to_start_without_a_token() -> None:
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    out = subprocess.run(
+        [sys.executable, "-m", "bouncer.agent", "--model-source", TINY[0], "--input-shape", "4"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert f"{TOKEN_ENV} is not set" in out.stderr
+
+
+def test_daemon_token_is_the_environment_s_else_one_random_per_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    made = daemon_token()
+    assert len(made) >= 40 and daemon_token() == made
+    monkeypatch.setenv(TOKEN_ENV, "from-the-stack")
+    assert token_headers() == {TOKEN_HEADER: "from-the-stack"}
+    assert token_matches("from-the-stack", "from-the-stack")
+    assert not token_matches(None, "x") and not token_matches("", "x")

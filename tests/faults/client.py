@@ -11,6 +11,15 @@ harness times its fault from that line) and writes to OUT, as JSON, the rows
 it sent (``bodies``), how many requests it planned (``planned``) and one
 outcome per answer (``outcomes``). The key is ``MARK_API_KEY`` (an admin key:
 who served each request comes back in ``X-Mark-Served-By``).
+
+An optional sixth argument, ``LAG`` seconds, makes the client behave as a load
+balancer in front of the daemon: it polls ``/v2/health/ready`` every
+``READY_POLL_S`` and sends nothing more ``LAG`` seconds after the readiness
+first fails (its arrivals from then on are not sent, counted in ``withheld``;
+``planned`` is then what it sent). A request refused at the TCP level
+(connection refused: the daemon no longer listens, nothing was taken) is
+recorded with status ``REFUSED`` and its reason, not as a request without an
+answer: the client knows at once it was not taken.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from typing import Any
 
 import aiohttp
@@ -30,9 +40,14 @@ from mark.demo.rate_profile import RateProfile, arrival_times
 
 MODEL = "digits"
 BODIES = 64
+READY_POLL_S = 0.02
+REFUSED = -1
+"""The status of a request whose connection was refused (never taken by the daemon)."""
 
 
-async def run(url: str, profile: str, seed: int, timeout_s: float) -> dict[str, Any]:
+async def run(
+    url: str, profile: str, seed: int, timeout_s: float, lag_s: float | None = None
+) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     key = find_api_key()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -62,7 +77,9 @@ async def run(url: str, profile: str, seed: int, timeout_s: float) -> dict[str, 
             body = orjson.dumps({"id": rid, "inputs": [inputs[k % BODIES]]})
             sent = loop.time() - t0
             out: dict[str, Any] = {"id": rid, "body": k % BODIES, "due_s": due_s, "sent_s": sent}
+            out["sent_at"] = time.time()  # wall clock, to compare with the harness's
             status, served, error, echo, output = 0, None, None, None, None
+            retry_after = None
             try:
                 async with session.post(
                     target, data=body, headers={"Content-Type": "application/json"}
@@ -71,6 +88,7 @@ async def run(url: str, profile: str, seed: int, timeout_s: float) -> dict[str, 
                     status = r.status
                     payload = orjson.loads(raw) if raw else None
                     served = r.headers.get(SERVED_BY_HEADER)
+                    retry_after = r.headers.get("Retry-After")
                     if isinstance(payload, dict):
                         echo = payload.get("id")
                         if status == 200:
@@ -79,6 +97,11 @@ async def run(url: str, profile: str, seed: int, timeout_s: float) -> dict[str, 
                             error = payload.get("error")
                     if status != 200 and not error:
                         error = raw[:200].decode(errors="replace")
+            except aiohttp.ClientConnectorError as exc:
+                refused = isinstance(exc.os_error, ConnectionRefusedError)
+                status = REFUSED if refused else 0  # refused: nothing taken, known at once
+                what = "connection refused (nothing taken)" if refused else type(exc).__name__
+                error = f"{what}: {exc}"
             except (TimeoutError, aiohttp.ClientError) as exc:
                 error = f"{type(exc).__name__}: {exc}"  # no answer: status stays 0
             except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
@@ -90,11 +113,27 @@ async def run(url: str, profile: str, seed: int, timeout_s: float) -> dict[str, 
                 error=error,
                 echo=echo,
                 output=output,
+                retry_after=retry_after,
             )
             outcomes.append(out)
 
+        unready_at: list[float] = []  # when the readiness first failed (lag_s given)
+
+        async def watch_readiness() -> None:
+            while True:
+                try:
+                    async with session.get(f"{url}/v2/health/ready") as r:
+                        ok = r.status == 200
+                except (TimeoutError, aiohttp.ClientError):
+                    ok = False
+                if not ok:
+                    unready_at.append(loop.time())
+                    return
+                await asyncio.sleep(READY_POLL_S)
+
         tasks: list[asyncio.Task[None]] = []
         t0 = loop.time()
+        watcher = asyncio.create_task(watch_readiness()) if lag_s is not None else None
         print("START", flush=True)
         for k, d in enumerate(due):
             wait = t0 + float(d) - loop.time()
@@ -102,10 +141,15 @@ async def run(url: str, profile: str, seed: int, timeout_s: float) -> dict[str, 
                 await asyncio.sleep(wait)
             elif k % 64 == 0:
                 await asyncio.sleep(0)  # behind schedule: still let answers in
+            if lag_s is not None and unready_at and loop.time() >= unready_at[0] + lag_s:
+                break  # the balancer has taken the daemon out: nothing more is sent to it
             tasks.append(asyncio.create_task(one(k, float(d))))
+        if watcher is not None:
+            watcher.cancel()
         await asyncio.gather(*tasks)
     return {
-        "planned": len(due),
+        "planned": len(tasks),
+        "withheld": len(due) - len(tasks),
         "bodies": [row.tolist() for row in rows],
         "outcomes": outcomes,
     }
@@ -113,6 +157,7 @@ async def run(url: str, profile: str, seed: int, timeout_s: float) -> dict[str, 
 
 if __name__ == "__main__":
     url, profile, seed, timeout, out = sys.argv[1:6]
-    result = asyncio.run(run(url, profile, int(seed), float(timeout)))
+    lag = float(sys.argv[6]) if len(sys.argv) > 6 else None
+    result = asyncio.run(run(url, profile, int(seed), float(timeout), lag))
     with open(out, "w") as f:
         json.dump(result, f)

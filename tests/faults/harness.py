@@ -74,7 +74,7 @@ from mark.cloud.local.agents import AgentSupervisor
 from mark.cloud.local.lambda_ import LocalLambda
 from mark.cloud.local.world import LocalWorld
 from mark.config import Settings, load_settings
-from mark.daemon import Running, start, stop
+from mark.daemon import Running, drain_bound, serve, start, stop
 from mark.demo import ensure_demo_model
 from mark.ports import InstanceInfo, InstanceRole, InstanceState
 from mark.serve.dispatcher import Dispatcher
@@ -228,6 +228,10 @@ class Tally:
     """Every instance of the cluster after stop, as moto holds it."""
     store_states: dict[str, str] = field(default_factory=dict)
     """Every instance the daemon recorded, in its last recorded state."""
+    outcomes: list[dict[str, Any]] = field(default_factory=list)
+    """The client's outcome of each request (``tests/faults/client.py``)."""
+    withheld: int = 0
+    """Arrivals the client did not send: the balancer had taken the daemon out."""
 
     HEADER = (
         "scenario",
@@ -428,13 +432,29 @@ async def run_scenario(
     seed: int,
     fault_at_s: float,
     fault: Fault,
+    by_signal: bool = False,
+    balancer_lag_s: float | None = None,
+    before_load: Callable[[Running], Awaitable[None]] | None = None,
+    check: bool = True,
 ) -> Tally:
     """Serve ``profile`` (``RateProfile`` text) with ``fault`` injected ``fault_at_s`` into
-    it; count what became of every request (``Tally``), record the row, check it."""
+    it; count what became of every request (``Tally``), record the row, check it.
+
+    ``by_signal``: the daemon runs as ``mark up`` runs it (``mark.daemon.serve``, its
+    SIGTERM/SIGINT handlers installed on this loop) and is expected to stop by itself,
+    on the signal the fault sends; it is stopped with ``stop`` otherwise. With
+    ``balancer_lag_s`` the client sends nothing more that long after the readiness
+    fails (``tests/faults/client.py``). ``before_load`` runs once the daemon is ready and
+    before the client starts (e.g. to pin the fleet by hand); ``check=False`` leaves the
+    checks to the caller (a benchmark prints its row instead)."""
     began = time.monotonic()
     ensure_demo_model(settings.data_dir)
     out = settings.data_dir / "outcomes.json"
-    run = await start(settings)
+    served: asyncio.Task[None] | None = None
+    if by_signal:
+        run, served = await _serve(settings)
+    else:
+        run = await start(settings)
     world = run.world
     assert isinstance(world, LocalWorld) and isinstance(world.serverless, LocalLambda)
     cluster, region = world.cluster, world.region
@@ -442,14 +462,17 @@ async def run_scenario(
     note, struck = "", None
     try:
         await _ready(run.url)
+        if before_load is not None:
+            await before_load(run)
         env = {**os.environ, "MARK_API_KEY": await admin_key(run)}
         metered = world.serverless.usage()  # after the warm-up pings
         dispatcher = run.models[MODEL].dispatcher
         assert dispatcher is not None
         timeout_s = dispatcher.give_up_after_s + CLIENT_SLACK_S
+        lag = () if balancer_lag_s is None else (str(balancer_lag_s),)
         client = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "tests.faults.client", run.url, profile, str(seed)),
-            *(str(timeout_s), str(out)),
+            *(str(timeout_s), str(out), *lag),
             cwd=ROOT,
             env=env,
             stdout=asyncio.subprocess.PIPE,
@@ -488,13 +511,18 @@ async def run_scenario(
         failed = usage.errors - metered.errors
         invocations = usage.requests - metered.requests - failed
     finally:
-        await stop(run)
+        if served is None:
+            await stop(run)
+        else:
+            await _stopped(run, served)
     children = _live_children(os.getpid())
     results = json.loads(out.read_text())
     expected = await _expected_outputs(source, results["bodies"])
     rt_max_ms = settings.models[0].slo.rt_max_ms
     tally = count(name, results, expected, rt_max_ms, invocations, failed)
     tally.fault = note
+    tally.outcomes = results["outcomes"]
+    tally.withheld = int(results.get("withheld", 0))
     if struck is not None:
         tally.after_fault = since(results["outcomes"], struck, rt_max_ms)
     tally.moto_states = moto_instances(region, cluster)
@@ -509,8 +537,33 @@ async def run_scenario(
     tally.took_s = time.monotonic() - began
     ROWS.append(tally)
     print("\n" + table([tally]))
-    tally.check()
+    if check:
+        tally.check()
     return tally
+
+
+async def _serve(settings: Settings) -> tuple[Running, asyncio.Task[None]]:
+    """``serve(settings)`` as a task, once it is up: the daemon ``mark up`` runs."""
+    up: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve(settings, on_ready=up.set_result))
+    await asyncio.wait({task, up}, return_when=asyncio.FIRST_COMPLETED)
+    if not up.done():
+        await task  # raises what stopped it
+        raise AssertionError("the daemon returned before it was up")
+    return up.result(), task
+
+
+async def _stopped(run: Running, served: asyncio.Task[None]) -> None:
+    """Wait for a daemon run by ``serve`` to stop by itself (the fault signalled it) within
+    its drain bound and a margin; otherwise signal it (SIGTERM) and fail the scenario."""
+    bound = drain_bound(run.settings, run.models) + 30.0
+    done, _ = await asyncio.wait({served}, timeout=bound)
+    if served in done:
+        await served
+        return
+    os.kill(os.getpid(), signal.SIGTERM)  # serve's handler: drain and stop
+    await served
+    raise AssertionError(f"the daemon did not stop by itself within {bound:g} s")
 
 
 async def _ready(url: str, within_s: float = 60.0) -> None:
@@ -676,5 +729,26 @@ def spot_interruptions(fraction: float, lead_s: float, victims: list[str]) -> Fa
             f"{k} of {len(spot)} spot instances warned at {warned:.0f} s, "
             f"reclaimed at {live.elapsed():.0f} s"
         )
+
+    return fault
+
+
+def sigterm(signalled_at: list[float], in_flight: int = 2) -> Fault:
+    """SIGTERM to this process, where the daemon runs under ``serve`` (``by_signal``): the
+    very signal ``mark up`` gets, through its handler; sent once the endpoint has at least
+    ``in_flight`` requests taken and unanswered (waited for at most 30 s), so the drain
+    has work. ``signalled_at`` gets the wall-clock time just before the signal, to compare
+    with the client's send times."""
+
+    async def fault(live: Live) -> str:
+        await live.serving()
+        for _ in range(6000):  # strike with requests taken and not yet answered; 30 s at most
+            if live.run.intake.in_flight >= in_flight:
+                break
+            await asyncio.sleep(0.005)
+        taken = live.run.intake.in_flight
+        signalled_at.append(time.time())
+        os.kill(os.getpid(), signal.SIGTERM)
+        return f"SIGTERM to the daemon at {live.strike():.0f} s, {taken} request(s) in hand"
 
     return fault

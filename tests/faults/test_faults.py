@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults.client import REFUSED
 from tests.faults.harness import (
     C5_LARGE_SLOWDOWN,
     hang_model,
@@ -22,6 +23,7 @@ from tests.faults.harness import (
     no_capacity,
     run_scenario,
     scenario_settings,
+    sigterm,
     spot_interruptions,
     throttle_lambda,
 )
@@ -140,4 +142,42 @@ async def test_spot_fleet_interrupted(data_dir: Path, fraction: float) -> None:
     )
     assert victims and all(t.moto_states[v] == "terminated" for v in victims), t.moto_states
     assert t.actions("start-standby"), t.decisions
+    assert t.on_ec2 > 0
+
+
+IN_TRANSIT_S = 0.1
+"""A request the client sent this long before the signal may still reach the daemon after
+it: on loopback it takes well under a millisecond; the slack only absorbs scheduling."""
+
+
+async def test_sigterm_under_load(data_dir: Path) -> None:
+    # The daemon runs as `mark up` runs it; SIGTERM 20 s into a 60 s load. The client acts as
+    # a load balancer polling readiness, sending for 1 s more after it fails: what reaches
+    # the draining daemon is refused (503 + Retry-After), what comes after it has stopped
+    # listening is refused by TCP (nothing taken); every request taken is answered.
+    signalled: list[float] = []
+    t = await run_scenario(
+        "SIGTERM",
+        scenario_settings(data_dir),
+        "0:8,60:8",
+        seed=6,
+        fault_at_s=20,
+        fault=sigterm(signalled),
+        by_signal=True,
+        balancer_lag_s=1.0,
+    )
+    (at,) = signalled
+    refused = [o for o in t.outcomes if o["status"] != 200]
+    assert all(o["sent_at"] >= at - IN_TRANSIT_S for o in refused), refused  # only after it
+    assert all(o["status"] in (503, REFUSED) and o["error"] for o in refused), refused
+    drained = [o for o in refused if o["status"] == 503]
+    assert all("shutting down" in o["error"] and o["retry_after"] for o in drained), drained
+    before = [o for o in t.outcomes if o["sent_at"] < at - IN_TRANSIT_S]
+    assert before and all(o["status"] == 200 for o in before)  # taken, so answered
+    assert t.withheld > 0, "the load outlasted the daemon: it never stopped"
+    held = [o for o in before if o["sent_at"] + o["latency_s"] > at]  # taken, not yet answered
+    print(
+        f"SIGTERM: {len(held)} in flight at the signal, all answered 200; {len(drained)} "
+        f"refused 503, {len(refused) - len(drained)} connection refused, {t.withheld} held back"
+    )
     assert t.on_ec2 > 0

@@ -186,6 +186,16 @@ def test_filling_keeps_comments_and_short_tags_and_inserts_missing_defaults() ->
     assert removed == ["    Default: 8080"]
 
 
+def test_a_list_parameter_is_checked_item_by_item() -> None:
+    out = tpl.fill_yaml(
+        tpl.template_text(),
+        {"SubnetIds": "subnet-0abc1234,subnet-0def5678", "AllowedCidr": "203.0.113.0/24"},
+    )
+    params = tpl.parameters(tpl.load(out))
+    assert params["SubnetIds"].default == "subnet-0abc1234,subnet-0def5678"
+    assert params["AllowedCidr"].default == "203.0.113.0/24"  # required: inserted
+
+
 def test_values_that_look_like_other_yaml_types_stay_strings() -> None:
     out = tpl.fill_yaml(tpl.template_text(), {"ModelName": "010", "ClusterName": "no"})
     params = tpl.parameters(tpl.load(out))
@@ -201,6 +211,9 @@ def test_values_that_look_like_other_yaml_types_stay_strings() -> None:
         ({"ApiPort": "eighty"}, "ApiPort='eighty': must be a number"),
         ({"ModelDtype": "float16"}, "allowed: float32, float64"),
         ({"ModelInputShape": "1,0"}, "ModelInputShape='1,0': must match"),
+        ({"AllowedCidr": "0.0.0.0"}, "AllowedCidr='0.0.0.0': must match"),
+        ({"SubnetIds": "subnet-0abc1234,$(reboot)"}, "SubnetIds='subnet-0abc1234,$(reboot)'"),
+        ({"DatabaseSecretArn": "x'; curl"}, 'DatabaseSecretArn="x\'; curl": must match'),
     ],
 )
 def test_bad_parameters_are_one_line_config_errors(params: dict[str, str], needle: str) -> None:

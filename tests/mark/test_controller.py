@@ -16,6 +16,8 @@ from mark.control import Controller, build_options, max_rate_per_minute
 from mark.ports import InstanceState
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
+from provisioner.greedy import PlannerOption
+from provisioner.pooling import capacity_in_pool
 
 T0 = 1_700_000_000.0
 
@@ -59,8 +61,9 @@ async def test_controller_launches_ahead_of_load_and_retires_after_cooldown(
         ctl = Controller(settings, fleet, store, {spec.name: options})
         (res,) = await ctl.step(clock.now())
         assert res.error is None and res.launched
+        pool = len(res.launched)  # rated as the pool they serve in (provisioner.pooling)
         capacity = sum(
-            next(o.capacity_rps for o in options if o.instance_type == i.instance_type)
+            next(capacity_in_pool(o, pool) for o in options if o.instance_type == i.instance_type)
             for i in res.launched
         )
         assert capacity >= rate * 1.2 - 1e-6  # the fallback forecast's headroom is covered
@@ -132,7 +135,13 @@ async def test_slo_monitor_launches_backups_once_per_miss_streak(tmp_path: Path)
     fleet = SimFleet(load_catalog(), clock.now)
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
     try:
-        ctl = Controller(settings, fleet, store, {"digits": []})
+        # No backup type is configured: the cheapest on-demand offering that serves is used.
+        options = [
+            PlannerOption("c5.xlarge", "on-demand", 0.17, 40.0),
+            PlannerOption("c5.large", "spot", 0.03, 20.0),
+            PlannerOption("c5.large", "on-demand", 0.085, 20.0),
+        ]
+        ctl = Controller(settings, fleet, store, {"digits": options})
         ok, slow = [0.01] * 10, [0.5] * 10  # RT_max of the demo model is 100 ms
         assert await ctl.check_slo(clock.now(), {"digits": ok}) == []
         launched = await ctl.check_slo(clock.now(), {"digits": slow[:5]})
@@ -327,7 +336,11 @@ async def test_an_offering_out_of_capacity_is_avoided_and_the_next_one_bought_in
         assert res.error is None and res.launched
         assert {i.instance_type for i in res.launched} == {"c5.xlarge"}
         capacity = sum(
-            next(o.capacity_rps for o in options if o.instance_type == i.instance_type)
+            next(
+                capacity_in_pool(o, len(res.launched))
+                for o in options
+                if o.instance_type == i.instance_type
+            )
             for i in res.launched
         )
         assert capacity >= rate * 1.2 - 1e-6  # the fallback still covers the forecast

@@ -11,6 +11,9 @@ The same poll carries the agent's view of the instance metadata service: when
 ``/health`` shows a ``spot_action`` (IMDS ``spot/instance-action``), an
 ``InterruptionNotice`` goes to ``on_notice`` once per instance, the same stream
 the EventBridge → SQS notices feed; the controller ignores a repeat.
+
+Every request carries the agent token (``bouncer.agent_token``), which the
+controller's bootstrap puts in its environment from the stack's secret.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import aiohttp
 
+from bouncer.agent_token import token_headers
 from bouncer.latency import BatchLatency
 from mark.ports import Fleet, InstanceInfo, InstanceState, InterruptionNotice, NoticeKind
 
@@ -104,7 +108,9 @@ class AgentDirectory:
         assert self._session is not None
         try:
             timeout = aiohttp.ClientTimeout(total=self.probe_timeout_s + 1.0)
-            async with self._session.get(f"{url}/live", timeout=timeout) as r:
+            async with self._session.get(
+                f"{url}/live", timeout=timeout, headers=token_headers()
+            ) as r:
                 return r.status == 200
         except (aiohttp.ClientError, TimeoutError):
             return False
@@ -121,7 +127,7 @@ async def ready_agent(
     """The T_b an agent at ``url`` measured on its instance, and its ``/health`` body, once
     it is ready (model loaded, warmed, profiled); None while it is not, or is gone."""
     try:
-        async with session.get(f"{url}/health") as r:
+        async with session.get(f"{url}/health", headers=token_headers()) as r:
             if r.status != 200:
                 return None
             body = await r.json()

@@ -11,11 +11,13 @@ alone (the Invoke stand-in); nothing here knows or asks which it is talking to.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from bouncer.agent_token import TOKEN_ENV
 from bouncer.latency import BatchLatency
 from mark.billing import provisioned_hourly
 from mark.catalog import Catalog
@@ -70,6 +72,13 @@ class AwsWorld:
 
     async def start(self) -> None:
         aws = self.settings.aws
+        if not os.environ.get(TOKEN_ENV):
+            # A token made up here matches no worker's: every agent would answer 401.
+            log.warning(
+                "%s is not set: the workers' agents will refuse this daemon "
+                "(the stack's bootstrap sets it from its secret; infra/README.md)",
+                TOKEN_ENV,
+            )
         self.fleet = worker_fleet(self.settings)
         await self.fleet.open()
         self.agents = AgentDirectory(

@@ -13,6 +13,10 @@ on AWS, and every c5.large as fast as every other (an agent profiling itself
 would measure whatever else the machine was doing then). The default rule (documented, not
 measured): accelerated types run at this machine's speed, CPU types at
 ``8 / vCPUs`` times slower (at least 1).
+
+Each agent is given this daemon's agent token in its environment (not its
+command line, which any user can read in ``ps``), and every probe sends it
+(``bouncer.agent_token``): other processes on the machine get 401.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from bouncer.agent_token import TOKEN_ENV, daemon_token, token_headers
 from bouncer.latency import BatchLatency
 from mark.catalog import Accelerator, Catalog
 from mark.ports import Fleet, InstanceInfo, InstanceState
@@ -189,7 +194,8 @@ async def spawn_agent(
     """An instance agent process for ``model`` (``args`` add to its command line).
 
     It runs in its own session, so Ctrl-C on the daemon reaches it through us only;
-    with ``announce`` its stdout is piped for the ``READY <port>`` line.
+    with ``announce`` its stdout is piped for the ``READY <port>`` line. It answers
+    only requests carrying this daemon's token, which it finds in its environment.
     """
     return await asyncio.create_subprocess_exec(
         sys.executable,
@@ -206,7 +212,7 @@ async def spawn_agent(
         stdout=asyncio.subprocess.PIPE if announce else asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
         start_new_session=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", TOKEN_ENV: daemon_token()},
     )
 
 
@@ -233,14 +239,17 @@ async def _read_port(proc: asyncio.subprocess.Process) -> int:
 
 
 async def _fetch_latency(url: str) -> BatchLatency:
-    async with aiohttp.ClientSession() as s, s.get(f"{url}/health") as r:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(f"{url}/health", headers=token_headers()) as r,
+    ):
         body = await r.json()
     return BatchLatency.from_mapping({int(b): float(t) for b, t in body["batch_latency_s"]})
 
 
 async def _live(session: aiohttp.ClientSession, url: str) -> bool:
     try:
-        async with session.get(f"{url}/live") as r:
+        async with session.get(f"{url}/live", headers=token_headers()) as r:
             return r.status == 200
     except (aiohttp.ClientError, TimeoutError):
         return False

@@ -30,6 +30,7 @@ from mark.cloud.local.agents import AgentModel, AgentSupervisor, default_slowdow
 from mark.cloud.local.lambda_ import LocalLambda
 from mark.config import ModelSpec
 from mark.errors import CloudError
+from mark.logs import quiet_access_logs
 from mark.ports import InterruptionNotice, NoticeKind
 from mark.state.records import ArrivalWindow, LatencyRollup
 from mark.world import Job
@@ -68,8 +69,11 @@ _FAKE_CREDENTIALS = {
 
 
 def _start_moto() -> tuple[object, str]:
+    """moto on a free loopback port; its per-request access log (werkzeug's INFO lines,
+    two a second from a running daemon) is kept off the terminal, its errors are not."""
     from moto.server import ThreadedMotoServer
 
+    quiet_access_logs()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

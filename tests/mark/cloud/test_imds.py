@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from bouncer.agent import ImdsPoller
+from bouncer.agent_token import TOKEN_ENV, daemon_token, token_headers
 from mark.cloud.standins.imds import TOKEN_HEADER, TTL_HEADER, ImdsStandin
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -76,13 +77,13 @@ async def test_a_running_agent_exposes_the_reclaim_on_health(imds: ImdsStandin) 
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", TOKEN_ENV: daemon_token()},
     )
     try:
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 60)
         url = f"http://127.0.0.1:{int(line.split()[1])}"
-        async with aiohttp.ClientSession() as s:
+        async with aiohttp.ClientSession(headers=token_headers()) as s:
             async with s.get(f"{url}/health") as r:
                 assert (await r.json())["spot_action"] is None
             armed = imds.arm()

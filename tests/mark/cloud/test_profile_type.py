@@ -25,6 +25,7 @@ import torch
 import yaml
 from aiobotocore.session import get_session
 
+from bouncer.agent_token import TOKEN_ENV, daemon_token
 from mark.cloud.local.agents import AgentModel
 from mark.cloud.standins.ec2_host import Ec2Host
 from mark.demo import save_torchscript
@@ -122,7 +123,9 @@ async def _start(*args: str) -> asyncio.subprocess.Process:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=str(ROOT),
-        env={**os.environ, "COLUMNS": "200"},
+        # The stack gives the controller and its workers one agent token; here the
+        # workers (Ec2Host's agents) are this process's, so the CLI gets its token.
+        env={**os.environ, "COLUMNS": "200", TOKEN_ENV: daemon_token()},
     )
 
 
