@@ -48,6 +48,8 @@ class MemoryStore:
 
     async def upsert_instance(self, rec: InstanceRecord, reason: str | None = None) -> None:
         old = self._instances.get(rec.instance_id)
+        if old is not None:  # as SqlStore: an instance's transitions never go back in time
+            rec = replace(rec, updated_at=max(rec.updated_at, old.updated_at))
         self._instances[rec.instance_id] = rec
         if old is None or old.state != rec.state:
             self._events.setdefault(rec.instance_id, []).append(
@@ -69,6 +71,7 @@ class MemoryStore:
             raise StoreError(f"unknown instance {instance_id!r}")
         if only_from is not None and old.state not in only_from:
             return
+        at = max(at, old.updated_at)
         self._instances[instance_id] = replace(
             old, state=state, updated_at=at, address=address if address is not None else old.address
         )

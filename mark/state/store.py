@@ -50,6 +50,14 @@ from mark.state.schema import (
 R = TypeVar("R")
 
 
+def _not_before(at: float, last: float | None) -> float:
+    """An instance's transitions are stamped by whoever saw them (a control step's clock,
+    the agent prober's), and a write can land after one stamped later: a transition
+    recorded after another is stamped no earlier, so its events read in the order they
+    happened (a stop written after an agent's "ready" does not reopen the run)."""
+    return at if last is None else max(at, last)
+
+
 def _to_record(row: Base, cls: type[R], drop: Iterable[str] = ("id",)) -> R:
     fields = {c.key: getattr(row, c.key) for c in row.__table__.columns if c.key not in drop}
     return cls(**fields)
@@ -184,10 +192,12 @@ class SqlStore:
                 s.add(self._event(rec.instance_id, rec.state, rec.updated_at, reason))
                 return
             changed = row.state != rec.state
+            at = _not_before(rec.updated_at, row.updated_at)
             for k, v in asdict(rec).items():
                 setattr(row, k, v)
+            row.updated_at = at
             if changed:
-                s.add(self._event(rec.instance_id, rec.state, rec.updated_at, reason))
+                s.add(self._event(rec.instance_id, rec.state, at, reason))
 
     async def set_instance_state(
         self,
@@ -224,6 +234,7 @@ class SqlStore:
                 return
             if address is not None:
                 row.address = address
+            at = _not_before(at, row.updated_at)
             row.updated_at = at
             if row.state != state:
                 row.state = state

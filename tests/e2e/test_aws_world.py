@@ -299,12 +299,11 @@ async def test_the_aws_world_runs_the_whole_control_loop(
         await asyncio.sleep(settings.timings.update_period_s + 1)  # another step ran
         assert cloud["lambda"].pings > pings, "the spill function is kept warm"
         now_listed = {i.instance_id for i in await fleet.list()}
-        why = [
-            (d.action, d.instance_type, d.reason[:120])
+        why = "\n".join(
+            f"{d.at:.1f} {d.action} {d.instance_type} {d.instance_id}: {d.reason[:160]}"
             for d in await run.store.decisions(0, 1e12)
-            if d.action not in ("adopt",)
-        ]
-        assert now_listed == bought, why
+        )
+        assert now_listed == bought, f"bought {sorted(bought)}, now {sorted(now_listed)}\n{why}"
 
         # AWS warns that the spot instance will be reclaimed: EventBridge -> SQS -> controller.
         victim = next(i for i in await fleet.list() if i.role is InstanceRole.SERVING)

@@ -204,7 +204,12 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
 
         deadline = time.monotonic() + 90
         while standby.instance_id not in dispatcher.backends:  # started, agent up, serving
-            assert time.monotonic() < deadline, "the standby never started serving"
+            if time.monotonic() > deadline:
+                why = "\n".join(
+                    f"{d.at:.1f} {d.action} {d.instance_type} {d.instance_id}: {d.reason[:160]}"
+                    for d in await run.store.decisions(0, 1e12)
+                )
+                raise AssertionError(f"the standby never started serving; decisions:\n{why}")
             await asyncio.sleep(0.5)
         await asyncio.sleep(1.0)
         stop_load.set()

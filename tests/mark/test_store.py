@@ -103,6 +103,36 @@ async def test_instance_state_transitions_are_kept_with_timestamps(db_url: str) 
         await store.close()
 
 
+@pytest.mark.parametrize("kind", ["sql", "memory"])
+async def test_a_transition_written_late_is_not_stamped_before_the_one_it_follows(
+    db_url: str, kind: str
+) -> None:
+    """The agent prober records "ready" at 250.74; the control step that decided at
+    250.71 to stop the standby writes its stop just after. The stop is what happened
+    last: the report must not read a run reopened by "ready" after it."""
+    from mark.report.aggregate import instance_runs
+    from mark.sim.memstore import MemoryStore
+
+    store = await open_store(db_url, upgrade=True) if kind == "sql" else MemoryStore()
+    try:
+        await store.upsert_instance(_instance("i-1", "pending", 246.5, role="standby"))
+        await store.set_instance_state("i-1", "ready", 250.74, only_from=("pending",))
+        await store.upsert_instance(_instance("i-1", "stopped", 250.71, role="standby"))
+        await store.set_instance_state("i-1", "ready", 250.9, only_from=("pending",))  # refused
+        events = await store.instance_events("i-1")
+        assert [(e.state, e.at) for e in events] == [
+            ("pending", 246.5),
+            ("ready", 250.74),
+            ("stopped", 250.74),
+        ]
+        (rec,) = await store.instances()
+        assert rec.state == "stopped" and rec.updated_at == 250.74
+        runs = instance_runs(rec, events)
+        assert [(r.start, r.end) for r in runs] == [(rec.launched_at, 250.74)]
+    finally:
+        await store.close()
+
+
 async def test_arrivals_and_latency_rollups_round_trip(db_url: str) -> None:
     store = await open_store(db_url, upgrade=True)
     try:
