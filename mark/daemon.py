@@ -287,7 +287,9 @@ async def _store_measured_profiles(run: Running, agents: Agents) -> None:
             run.profiled -= {k for k in run.profiled if k[0] == name}
             log.warning("%s: offerings not re-rated yet: %s", name, exc)
             continue
-        await run.controller.set_options(name, rated.options, rated.sources)
+        await run.controller.set_options(
+            name, rated.options, rated.sources, rated.standby_capacity_rps
+        )
         log.info("%s: offerings re-rated from measured profiles: %s", name, rated.sources)
 
 

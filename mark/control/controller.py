@@ -183,12 +183,18 @@ class Controller:
         )
 
     async def set_options(
-        self, model: str, options: Sequence[PlannerOption], sources: Mapping[str, str]
+        self,
+        model: str,
+        options: Sequence[PlannerOption],
+        sources: Mapping[str, str],
+        standby_capacity_rps: float,
     ) -> None:
-        """New ratings of a model's offerings (a profile was measured); the next step uses them."""
+        """New ratings of a model's offerings and of its standby type (a profile was
+        measured); the next step uses them, as a restarted daemon would from the store."""
         async with self._lock:
             self.options[model] = list(options)
             self.profile_sources[model] = dict(sources)
+            self.standby_capacity[model] = standby_capacity_rps
 
     def prometheus(self) -> str:
         """The control loop's counters for ``/metrics``."""

@@ -33,6 +33,7 @@ from aiobotocore.session import get_session
 
 from bouncer.runner import ModelRunner
 from mark.catalog import Market, load_catalog
+from mark.cloud.aws.instances import TAG_CLUSTER
 from mark.cloud.aws.interruptions import EVENT_PATTERN, INTERRUPTION_WARNING
 from mark.cloud.local.agents import AgentModel
 from mark.cloud.local.lambda_ import LocalLambda
@@ -201,6 +202,20 @@ async def _seed_load(settings: Settings, rate: float) -> None:
         await store.close()
 
 
+async def _cluster_instances(cloud: dict[str, Any]) -> set[str]:
+    """What EC2 holds for the cluster (by its tag), not terminated: asked of moto itself."""
+    async with get_session().create_client(
+        "ec2", region_name=REGION, endpoint_url=cloud["endpoint"]
+    ) as ec2:
+        got = await ec2.describe_instances(
+            Filters=[
+                {"Name": f"tag:{TAG_CLUSTER}", "Values": [cloud["name"]]},
+                {"Name": "instance-state-name", "Values": ["pending", "running", "stopped"]},
+            ]
+        )
+    return {i["InstanceId"] for r in got["Reservations"] for i in r["Instances"]}
+
+
 async def _predict(run: Running, images: np.ndarray[Any, Any]) -> list[list[float]]:
     key = {"Authorization": f"Bearer {run.api_key}"}  # the key the daemon made on its store
     async with aiohttp.ClientSession(headers=key) as session:
@@ -284,9 +299,9 @@ async def test_the_aws_world_runs_the_whole_control_loop(
         (plan,) = await run.store.plans("digits", limit=1)
         sources = {label: src for label, _, src in plan.explanation["offerings"]}
         assert sources["c5.large/spot"] == "measured", sources
-        bought = {i.instance_id for i in await fleet.list()}  # all it owns when it stops
     finally:
         await stop(run)
+    bought = await _cluster_instances(cloud)  # all it owned when it stopped
 
     # Restart: a new daemon adopts the fleet by its tags and buys nothing twice.
     run = await start(settings)

@@ -291,6 +291,57 @@ async def test_spot_interruption_starts_standbys_and_replans_around_the_offering
         await store.close()
 
 
+async def test_a_measured_standby_profile_resizes_the_pool_as_a_restart_would(
+    tmp_path: Path,
+) -> None:
+    """The standby type re-rated from a measured profile (slower than first rated) takes
+    effect on the running daemon's next step, not only after a restart."""
+    from mark.ports import InstanceRole
+
+    settings = load_settings(
+        overrides={
+            "offerings": {
+                "types": ["c5.large"],
+                "markets": ["spot"],
+                "standby_types": ["t3.large"],
+            }
+        }
+    )
+    spec = settings.models[0]
+    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+    options = build_options(spec, load_catalog(), ["c5.large"], [Market.SPOT], lat, 90.0)
+    clock = ManualClock(T0)
+    fleet = SimFleet(load_catalog(), clock.now, boot_delay_s=lambda _t: 60.0)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        rate = 8 * options[0].capacity_rps
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 - 3600 + 5 * k, 5.0, int(rate * 5)) for k in range(720)]
+        )
+        big = 1000.0  # one standby covers any loss
+        ctl = Controller(
+            settings,
+            fleet,
+            store,
+            {spec.name: options},
+            boot_s=60.0,
+            standby_capacity={spec.name: big},
+        )
+
+        async def standbys() -> int:
+            return sum(1 for i in await fleet.list() if i.role is InstanceRole.STANDBY)
+
+        await ctl.step(clock.now())
+        assert await standbys() == 1
+        small = options[0].capacity_rps / 2  # measured: a standby carries half a c5.large
+        await ctl.set_options(spec.name, options, {"c5.large": "measured"}, small)
+        clock.advance(5)
+        await ctl.step(clock.now())
+        assert await standbys() > 1, "the pool is sized from the re-rated standby"
+    finally:
+        await store.close()
+
+
 def _two_types(settings_overrides: dict[str, object] | None = None) -> tuple[Any, list[Any]]:
     settings = load_settings(
         overrides={

@@ -80,7 +80,12 @@ async def test_an_unprofiled_type_is_explored_once_and_retired_once_measured(
                 {"c5.large": C5, "m5.large": M5},
                 30.0,
             )
-            await ctl.set_options(model, both, {"c5.large": "shipped", "m5.large": "measured"})
+            await ctl.set_options(
+                model,
+                both,
+                {"c5.large": "shipped", "m5.large": "measured"},
+                ctl.standby_capacity.get(model, 0.0),
+            )
             await ctl.step(now + 30)
             left = {i.instance_id: i.state for i in await fleet.list()}
             assert left.get(explorer.instance_id) in (
