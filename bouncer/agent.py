@@ -62,6 +62,7 @@ from bouncer.admission import Admission, Backlog
 from bouncer.agent_token import TOKEN_ENV, TOKEN_HEADER, token_matches
 from bouncer.device import DeviceChoice, DeviceUnavailable, Requested, probe, select_device
 from bouncer.latency import BatchLatency
+from bouncer.parent_watch import watch_parent_from_env
 from bouncer.runner import ModelLoadError, ModelRunner
 from bouncer.wire import (
     BATCH_PATH,
@@ -410,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     from mark import logs  # every mark process logs alike (JSON off a terminal)
+
+    watch_parent_from_env()  # the local world's agents end with the daemon that started them
 
     logs.configure(logs.choose_format(os.environ.get("MARK_LOG_FORMAT", "auto"), "any"))
     try:

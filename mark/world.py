@@ -131,7 +131,7 @@ def open_world(settings: Settings, sources: Mapping[str, str], clock: Callable[[
     if settings.world == "local":
         from mark.catalog import load_catalog
         from mark.cloud.local.agents import AgentModel
-        from mark.cloud.local.world import LocalWorld
+        from mark.cloud.local.world import LocalWorld, fresh_cluster
 
         return LocalWorld(
             settings.aws.region,
@@ -153,6 +153,8 @@ def open_world(settings: Settings, sources: Mapping[str, str], clock: Callable[[
                 name: BatchLatency.parse(text)
                 for name, text in settings.local.reference_profile.items()
             },
+            external_endpoint=settings.local.ec2_endpoint,
+            cluster=settings.local.cluster or fresh_cluster(),
         )
     raise ConfigError(
         f"world {settings.world!r} cannot run as a daemon; use 'local' or 'aws' "

@@ -405,6 +405,19 @@ class LocalSpec(_Strict):
         description="emulated speed per instance type: this machine's T_b times the factor "
         "(default: 1 for accelerated types, 8 / vCPUs for CPU types)",
     )
+    ec2_endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="an EC2/SQS/EventBridge endpoint (a moto server) that outlives the daemon, "
+        "instead of the world's own moto: a restarted daemon finds its fleet there (with "
+        "local.cluster); None: a moto server of its own, gone when the daemon stops",
+    )
+    cluster: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/=+@-]{0,62}$",
+        description="the mark:cluster tag of the local fleet; None: a fresh local-<8 hex> at "
+        "every start (nothing to adopt from a moto that died with the last daemon)",
+    )
     reference_profile: dict[str, str] = Field(
         default_factory=dict,
         description="per model, the T_b on this machine agents emulate (b:seconds,..., "

@@ -97,6 +97,10 @@ thread, 100 ms inline, 6 ms from a process: ``tests/mark/serve/loop_lag.py``).""
 PARSER_PROCESSES = 2
 """At most this many parser processes, however many big bodies arrive: a flood queues
 (each body already bounded by ``api.max_body_bytes``) instead of forking without end."""
+PARSE_QUEUE = 16
+"""At most this many big bodies waiting for or in a parser process; the next one is
+refused (503, ``Retry-After``) instead of held: 16 bodies of 8 MiB are 128 MiB held
+(and again as pickles) and about a second of parsing on two processes."""
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -109,7 +113,9 @@ class Parsing:
 
     inline_bytes: int = INLINE_BODY_BYTES
     processes: int = PARSER_PROCESSES
+    max_queued: int = PARSE_QUEUE
     _pool: ProcessPoolExecutor | None = field(default=None, repr=False)
+    _queued: int = field(default=0, repr=False)
 
     async def run(self, size: int, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """``fn(*args)``, off the event loop when ``size`` is over ``inline_bytes``;
@@ -118,6 +124,17 @@ class Parsing:
         big body gets a new pool, instead of every later one failing on a broken pool."""
         if size <= self.inline_bytes:
             return fn(*args, **kwargs)
+        if self._queued >= self.max_queued:
+            raise BadRequest(
+                503, f"{self._queued} large request bodies are being parsed already; retry"
+            )
+        self._queued += 1
+        try:
+            return await self._in_pool(fn, *args, **kwargs)
+        finally:
+            self._queued -= 1
+
+    async def _in_pool(self, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         if self._pool is None:
             # forkserver, not fork: the daemon has threads, and a forked child would
             # inherit their locks; the server forks workers from a clean process.
@@ -201,7 +218,10 @@ def _served_by(request: web.Request, outcomes: list[Outcome]) -> dict[str, str]:
 
 
 def _error(status: int, message: str) -> web.Response:
-    return _json({"error": message}, status)
+    """The error as JSON; a 503 (busy, or shutting down) says when to retry."""
+    return _json(
+        {"error": message}, status, {"Retry-After": RETRY_AFTER_S} if status == 503 else None
+    )
 
 
 @web.middleware

@@ -208,6 +208,8 @@ class Tally:
     on_lambda: int = 0
     errors: int = 0
     lost: int = 0
+    cut: int = 0
+    """In flight when the daemon was killed (kill -9): no answer, by definition; not lost."""
     twice: int = 0
     orphans: int = 0
     within_rt_max: float = 0.0
@@ -252,7 +254,7 @@ class Tally:
             str(self.on_ec2),
             str(self.on_lambda),
             str(self.errors),
-            str(self.lost),
+            str(self.lost) + (f" (+{self.cut} cut)" if self.cut else ""),
             str(self.twice),
             str(self.orphans),
             f"{self.within_rt_max:.1%}",
@@ -285,7 +287,7 @@ class Tally:
         assert self.orphans == 0, f"{self.orphans} orphans\n{detail}"
         assert self.unexplained == 0, f"{self.unexplained} errors without a reason\n{detail}"
         assert self.wrong == 0, f"{self.wrong} answered with another input's output\n{detail}"
-        assert self.on_ec2 + self.on_lambda + self.errors == self.sent, detail
+        assert self.on_ec2 + self.on_lambda + self.errors + self.cut == self.sent, detail
 
     def actions(self, action: str) -> list[Decision]:
         return [d for d in self.decisions if d.action == action]

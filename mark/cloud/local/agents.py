@@ -34,6 +34,7 @@ import aiohttp
 
 from bouncer.agent_token import TOKEN_ENV, daemon_token, token_headers
 from bouncer.latency import BatchLatency
+from bouncer.parent_watch import ENV as PARENT_ENV
 from mark.catalog import Accelerator, Catalog
 from mark.ports import Fleet, InstanceInfo, InstanceState
 
@@ -193,7 +194,8 @@ async def spawn_agent(
 ) -> asyncio.subprocess.Process:
     """An instance agent process for ``model`` (``args`` add to its command line).
 
-    It runs in its own session, so Ctrl-C on the daemon reaches it through us only;
+    It runs in its own session, so Ctrl-C on the daemon reaches it through us only, and
+    ends when this process does (``bouncer.parent_watch``), so none outlives a killed daemon;
     with ``announce`` its stdout is piped for the ``READY <port>`` line. It answers
     only requests carrying this daemon's token, which it finds in its environment.
     """
@@ -212,7 +214,12 @@ async def spawn_agent(
         stdout=asyncio.subprocess.PIPE if announce else asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
         start_new_session=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1", TOKEN_ENV: daemon_token()},
+        env={
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            TOKEN_ENV: daemon_token(),
+            PARENT_ENV: str(os.getpid()),  # it ends when we do, even by kill -9
+        },
     )
 
 

@@ -109,6 +109,11 @@ async def _create_template(region: str, endpoint: str) -> None:
                 raise
 
 
+def fresh_cluster() -> str:
+    """A new cluster tag, for a world whose moto (and fleet) dies with it."""
+    return f"local-{uuid.uuid4().hex[:8]}"
+
+
 @dataclass
 class LocalWorld:
     region: str
@@ -125,12 +130,14 @@ class LocalWorld:
     probe_timeout_s: float = 5.0
     profiles: dict[str, BatchLatency] = field(default_factory=dict)
     """T_b per model on this machine (measured at start unless given), what agents emulate."""
+    external_endpoint: str | None = None
+    """A moto server that outlives this world (``local.ec2_endpoint``); None: its own."""
     endpoint: str = ""
     fleet: AwsFleet | None = None
     agents: AgentSupervisor | None = None
     serverless: LocalLambda | None = None
     interruptions: SqsInterruptionSource | None = None
-    cluster: str = field(default_factory=lambda: f"local-{uuid.uuid4().hex[:8]}")
+    cluster: str = field(default_factory=fresh_cluster)
     _moto: object | None = None
     _reclaims: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -169,7 +176,10 @@ class LocalWorld:
     async def start(self) -> None:
         for key, value in _FAKE_CREDENTIALS.items():  # moto accepts any; never real ones
             os.environ.setdefault(key, value)
-        self._moto, self.endpoint = await asyncio.to_thread(_start_moto)
+        if self.external_endpoint is not None:
+            self.endpoint = self.external_endpoint.rstrip("/")
+        else:
+            self._moto, self.endpoint = await asyncio.to_thread(_start_moto)
         await _create_template(self.region, self.endpoint)
         self.fleet = AwsFleet(
             self.region,
@@ -244,7 +254,8 @@ class LocalWorld:
             log.info("reclaim of %s skipped: %s", notice.instance_id, exc)
 
     async def close(self) -> None:
-        """Stop every agent and Lambda runtime, then the fleet client and moto."""
+        """Stop every agent and Lambda runtime, then the fleet client and moto (its own:
+        an external one, and the fleet in it, outlive the daemon for a restart to adopt)."""
         for task in list(self._reclaims):
             task.cancel()
         if self.interruptions is not None:

@@ -75,6 +75,28 @@ async def test_a_dead_parser_is_a_503_and_the_next_body_gets_a_new_one(
     assert await parsing.run(10**6, os.getpid) != os.getpid()
 
 
+async def test_a_flood_of_big_bodies_is_refused_past_the_queue_not_held(
+    tmp_path: Path,
+) -> None:
+    parsing = Parsing(inline_bytes=1024, processes=1, max_queued=2)
+    release = tmp_path / "release"
+    try:
+        held = [
+            asyncio.create_task(parsing.run(10**6, subprocess.call, wait_for_file(release)))
+            for _ in range(2)
+        ]
+        await asyncio.sleep(0)  # both taken: one in the parser, one waiting for it
+        with pytest.raises(BadRequest) as err:
+            await parsing.run(10**6, os.getpid)
+        assert err.value.status == 503 and "retry" in err.value.message
+        assert await parsing.run(10, os.getpid) == os.getpid()  # small bodies never wait
+        release.write_text("go")
+        assert await asyncio.gather(*held) == [0, 0]
+        assert await parsing.run(10**6, os.getpid) != os.getpid()  # room again
+    finally:
+        parsing.close()
+
+
 class EchoSum:
     async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
         return SpillResult([[float(np.sum(x))] for x in batch], 1.0, 1, 128, False)
