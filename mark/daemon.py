@@ -56,7 +56,6 @@ from mark.control import Controller, online_predictor, resolve_source
 from mark.control.health import HealthTracker
 from mark.control.profiles import rate_options
 from mark.errors import StoreError
-from mark.logs import request_ids
 from mark.ports import Fleet, Serverless
 from mark.serve.auth import (
     FIRST_KEY_SCOPES,
@@ -150,7 +149,6 @@ async def start_api(
 ) -> tuple[web.AppRunner, tuple[str, int]]:
     """The REST endpoint on ``settings.api``; returns the runner and the bound address."""
     app = build_app(settings, models, keys=keys, intake=intake)
-    app.middlewares.insert(0, request_ids)  # outermost: every log line of a request names it
     runner = web.AppRunner(
         app, handle_signals=False, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
     )

@@ -54,6 +54,7 @@ from aiohttp import web
 
 from bouncer.wire import SERVED_BY_HEADER, dump_json
 from mark.config import ModelSpec, Settings
+from mark.logs import request_ids
 from mark.serve.auth import AUTH, INFERENCE, METRICS, Auth, KeyCache, require_key, sees_internals
 from mark.serve.binary_tensors import HEADER_LENGTH, OCTET_STREAM
 from mark.serve.codec import (
@@ -482,7 +483,8 @@ def build_app(
     no key is valid, so only the health checks answer). ``intake`` (none given: open)
     is how the daemon holds inference until its first agent sync and drains it."""
     auth = [require_key] if settings.api.auth else []
-    middlewares = [errors_as_json, intake_guard, *auth]
+    # request_ids outermost: every log line of a request, and its answer, names it.
+    middlewares = [request_ids, errors_as_json, intake_guard, *auth]
     app = web.Application(client_max_size=settings.api.max_body_bytes, middlewares=middlewares)
     if settings.api.auth:
         app[AUTH] = Auth(keys if keys is not None else KeyCache(), settings.api, _needs)

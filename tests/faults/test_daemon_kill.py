@@ -64,6 +64,7 @@ pytestmark = pytest.mark.slow
 REGION = "us-east-1"
 CLIENT_TIMEOUT_S = 30.0
 KILL_AT_S = 25.0
+CUT_SLACK_S = 0.5
 PROFILE = "0:12,80:12"
 """12 r/s for 80 s: two c5.large at the pinned speed (about 9 r/s each within RT_max)."""
 
@@ -245,12 +246,13 @@ async def test_kill_9_of_the_daemon_under_load_and_restart(data_dir: Path) -> No
     warmups = 2 * settings.local.lambda_concurrency  # each daemon warms every runtime once
     invocations = sum(e.requests for e in ledger if e.kind == "lambda") - warmups
     tally = count("kill -9 daemon", results, expected, rt_max_ms, max(0, invocations))
-    # In flight at the kill: sent before it, no answer, the error came after it.
+    # In flight at the kill: no answer, sent before it (or within CUT_SLACK_S after, on a
+    # kept-alive connection the client had not yet seen die), the error after it.
     cut = [
         o
         for o in results["outcomes"]
         if o["status"] == 0
-        and o["sent_at"] <= killed_at
+        and o["sent_at"] <= killed_at + CUT_SLACK_S
         and o["sent_at"] + o["latency_s"] >= killed_at - 0.05
     ]
     tally.cut, tally.lost = len(cut), tally.lost - len(cut)

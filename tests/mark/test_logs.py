@@ -198,3 +198,15 @@ async def test_the_daemons_endpoint_gives_every_response_a_request_id() -> None:
                 assert refused.status == 401 and refused.headers["X-Request-Id"]
     finally:
         await runner.cleanup()
+
+
+async def test_every_answer_of_the_endpoint_names_its_request_even_a_refusal() -> None:
+    from mark.config import load_settings
+    from mark.serve.endpoint import build_app
+
+    app = build_app(load_settings())  # keys on, none valid: inference is refused
+    async with TestClient(TestServer(app)) as client:
+        live = await client.get("/v2/health/live", headers={"X-Request-Id": "probe-1"})
+        refused = await client.post("/v1/models/digits:predict", json={"instances": []})
+    assert live.headers["X-Request-Id"] == "probe-1"
+    assert refused.status == 401 and len(refused.headers["X-Request-Id"]) == 16
