@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from bouncer.wire import SERVED_BY_HEADER
 from mark.config import Settings
 from mark.serve.auth import API_KEY_HEADER
@@ -52,11 +54,15 @@ def _nested(shape: tuple[int, ...], item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _item(dtype: str) -> dict[str, Any]:
-    if dtype.startswith("float"):
-        return {"type": "number"}
+    """One value of the model's input as JSON Schema, bounded to what the dtype holds
+    (the endpoint refuses the rest with a 400: ``mark.serve.codec``)."""
     if dtype == "bool":
         return {"type": "boolean"}
-    return {"type": "integer"}
+    if dtype.startswith("float"):
+        top = float(np.finfo(np.dtype(dtype)).max)
+        return {"type": "number", "minimum": -top, "maximum": top}
+    info = np.iinfo(np.dtype(dtype))
+    return {"type": "integer", "minimum": int(info.min), "maximum": int(info.max)}
 
 
 SECURITY_SCHEMES = {

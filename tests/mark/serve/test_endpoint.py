@@ -147,3 +147,17 @@ async def test_binary_header_mistakes_are_400(
         "/v2/models/digits/infer", data=data, headers={"Inference-Header-Content-Length": header}
     )
     assert r.status == 400 and needle in (await r.json())["error"]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "lo", "hi"),
+    [("float32", -3.4028234663852886e38, 3.4028234663852886e38), ("uint8", 0, 255)],
+)
+def test_the_openapi_values_are_bounded_to_what_the_dtype_holds(
+    dtype: str, lo: float, hi: float
+) -> None:
+    from mark.serve.openapi import _item
+
+    item = _item(dtype)
+    assert (item["minimum"], item["maximum"]) == (lo, hi)
+    assert _item("bool") == {"type": "boolean"}
