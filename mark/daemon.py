@@ -299,6 +299,13 @@ async def _slo(run: Running) -> None:
         for name, served in run.models.items()
         if served.telemetry is not None
     }
+    await run.controller.record_spills(
+        {
+            name: served.telemetry.take_spills()
+            for name, served in run.models.items()
+            if served.telemetry is not None
+        }
+    )
     await run.controller.check_slo(WallClock().now(), latencies)
 
 

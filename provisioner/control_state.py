@@ -19,6 +19,7 @@ from provisioner.greedy import OptionKey, PlannerOption
 from provisioner.guards import GuardConfig
 from provisioner.slo_monitor import SloMonitorState
 from provisioner.spend_rails import Spend, SpendLimits
+from provisioner.spill_evidence import SpillEvidence
 from provisioner.spot import InterruptionMemory
 
 LIVE_STATES = frozenset({"pending", "running", "ready", "failing"})
@@ -76,6 +77,9 @@ class StepConfig:
     unavailable_ttl_s: float = 180.0
     pooled: bool = True
     """Plan at pooled per-instance capacity (``provisioner.pooling``), not stand-alone."""
+    spill_cost_per_request: float | None = None
+    """Spill's measured price when the plan may leave each step's peak to it
+    (``provisioner.capacity_target``); None: plan for the peak."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,9 @@ class Snapshot:
     """Every instance of the cluster (every model's: the cluster spend rail needs them)."""
     fixed_hourly: float = 0.0
     """$/h paid whatever the fleet: the spill function's provisioned concurrency."""
+    window_minutes: tuple[tuple[float, ...], ...] = ()
+    """The last hour's window rates (requests/s), grouped by minute: the within-step
+    shape ``provisioner.capacity_target`` reads."""
 
     def mine(self) -> list[Member]:
         return [m for m in self.fleet if m.model == self.model]
@@ -119,6 +126,8 @@ class ModelControl:
     """Started standbys are not stopped before this (replacements still booting)."""
     explored_at: float = -math.inf
     """When the control loop last launched an instance to measure an unprofiled type."""
+    spill: SpillEvidence = field(default_factory=SpillEvidence)
+    """How the model's spilled requests fared lately (``provisioner.spill_evidence``)."""
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,10 @@ serves more of the pooled queue than a small one. Pure.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from provisioner.greedy import Plan, PlannerOption, RunningInstance, plan_greedy
+from provisioner.spill_evidence import SpillEvidence
 
 MAX_ROUNDS = 6
 """Bisection rounds: fleets up to 64 instances get their exact n; beyond, a
@@ -48,6 +50,15 @@ def _interpolate(sizes: list[int], caps: list[float], n: int) -> float:
             k0, k1 = sizes[i - 1], sizes[i]
             return caps[i - 1] + (caps[i] - caps[i - 1]) * (n - k0) / (k1 - k0)
     return caps[-1]
+
+
+def pool_with(mode: bool | Literal["auto"], spill: SpillEvidence) -> bool:
+    """Whether to plan at pooled capacity: as configured, or (``auto``) while the model's
+    spill is measured to answer in time (``SpillEvidence.in_time``), since a pool's
+    transient overload is then Lambda charges rather than SLO misses."""
+    if mode == "auto":
+        return spill.in_time()
+    return bool(mode)
 
 
 def capacity_in_pool(option: PlannerOption, n: int) -> float:

@@ -5,7 +5,10 @@ when the SLO monitor sees recent misses it asks ``backup_step``; the standby
 pool and spot notices are ``provisioner.standby_step``. The rules wrapped
 around the planner live here, in one place and in this order:
 
-1. the forecast is clipped to what the history supports (``forecast_sanity``);
+1. the forecast is clipped to what the history supports (``forecast_sanity``),
+   then, once spill is measured to meet RT_max and its price is known, scaled
+   from each step's peak to the share of it instances should carry
+   (``capacity_target``);
 2. the planner plans over the offerings not being avoided, counting the
    model's live serving and backup instances, less those with a spot notice,
    at the capacity each has in the pool it plans (``pooling``);
@@ -25,6 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from provisioner.capacity_target import capacity_target
 from provisioner.control_state import (
     SERVING_ROLES,
     ControlState,
@@ -97,8 +101,9 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
     ]
     running = [_running(m, by_key[m.key], now, cfg) for m in mine if m.key in by_key]
     planner = plan_pooled if cfg.pooled else plan_greedy
+    target, _ = capacity_target(forecast, snap.window_minutes, cfg.spill_cost_per_request, options)
     plan = planner(
-        forecast,
+        target,
         running,
         options,
         slo_s=rt_max_s,

@@ -169,7 +169,7 @@ def ramp(
     t = settings.timings
     console.print(
         f"profile {shape} ({shape.duration:.0f} s, ~{shape.expected_requests():.0f} requests); "
-        f"P_u {t.update_period_s:g} s, τ {t.lead_time_s:g} s, cool-down {_cooldown(t)}, "
+        f"P_u {t.update_period_s:g} s, τ {_lead(t)}, cool-down {_cooldown(t)}, "
         f"billing minimum {t.billing_minimum_s:g} s, boot delay {settings.local.boot_delay_s:g} s; "
         f"forecaster {forecaster}" + (f" ({model_file})" if model_file else ""),
         highlight=False,
@@ -259,6 +259,10 @@ def load(
     assert result.summary is not None
     for line in result.summary.lines():
         console.print(line, highlight=False)
+
+
+def _lead(t: Timings) -> str:
+    return f"{t.lead_time_s:g} s" if t.lead_time_s is not None else "the boot time"
 
 
 def _cooldown(t: Timings) -> str:

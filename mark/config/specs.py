@@ -9,6 +9,7 @@ notation in their descriptions (P_u, P_w, P_s, τ, RT_max, SL_min).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -146,7 +147,13 @@ class Timings(_Strict):
     update_period_s: float = Field(default=60, gt=0, description="P_u: prediction unit")
     window_steps: int = Field(default=60, ge=1, le=1440, description="P_w: steps forecast")
     sample_window_s: float = Field(default=5, gt=0, description="P_s: arrival sample window")
-    lead_time_s: float = Field(default=300, ge=0, description="τ: provision for the load τ ahead")
+    lead_time_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="τ: provision for the load τ ahead; default the boot time, from when an "
+        "instance launched now serves (the paper's 300 s planned past a 120 s boot for a "
+        "forecast 3 minutes staler than needed)",
+    )
     cooldown_s: float | None = Field(
         default=None,
         ge=0,
@@ -173,7 +180,7 @@ class Timings(_Strict):
                 f"update_period_s (P_u = {self.update_period_s})"
             )
         horizon = self.window_steps * self.update_period_s
-        if self.lead_time_s >= horizon:
+        if self.lead_time_s is not None and self.lead_time_s >= horizon:
             raise ValueError(
                 f"lead_time_s (τ = {self.lead_time_s}) must be shorter than the forecast "
                 f"horizon P_w × P_u = {horizon:g} s"
@@ -187,6 +194,16 @@ class Timings(_Strict):
         the boot time before retiring never pays more than twice the better of the two in
         hindsight (the ski-rental rule)."""
         return self.cooldown_s if self.cooldown_s is not None else boot_s
+
+    def lead_steps(self, boot_s: float) -> int:
+        """τ in control steps, at least one: ``lead_time_s``, else the boot time rounded up
+        (an instance launched now serves from then, so that is the first load it can
+        meet; planning further ahead buys for a forecast staler than needed, and
+        planning nearer buys for steps it cannot serve), within the forecast's P_w."""
+        if self.lead_time_s is not None:
+            return max(1, round(self.lead_time_s / self.update_period_s))
+        steps = math.ceil(boot_s / self.update_period_s - 1e-9)
+        return max(1, min(steps, self.window_steps - 1))
 
 
 class SloMonitorSpec(_Strict):
@@ -262,13 +279,21 @@ class PlannerSpec(_Strict):
     """What the planner may do beyond buying rated offerings."""
 
     explore_unprofiled: ExploreSpec = ExploreSpec()
-    pooled_capacity: bool = Field(
-        default=True,
+    pooled_capacity: bool | Literal["auto"] = Field(
+        default="auto",
         description="rate instances by what each carries within the SLO in a pool of the "
         "size planned (the dispatcher pools a model's instances), not alone "
         "(provisioner/pooling.py); false plans with stand-alone capacities as the paper. "
         "A pool runs close to saturation and leans on the Bouncer spilling its transient "
-        "overload to Lambda: set false for a model whose spill cannot answer within RT_max",
+        "overload to Lambda, so auto pools while the model's spilled requests are measured "
+        "to answer within RT_max, most of them (provisioner/spill_evidence.py)",
+    )
+    spill_capacity_target: bool = Field(
+        default=True,
+        description="plan a step's capacity at the newsvendor quantile of its 5 s rates "
+        "rather than its peak, leaving the rest to spill, once spill is measured to meet "
+        "RT_max and its price per request is known (provisioner/capacity_target.py); "
+        "false: always the peak, as the paper",
     )
 
 

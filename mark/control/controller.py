@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -61,6 +61,7 @@ from predictor.online import OnlinePredictor
 from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, forget_gone
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact
+from provisioner.spill_evidence import SpillCounts
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
 from provisioner.standby_step import interruption_step
 from provisioner.step import slo_step
@@ -180,6 +181,7 @@ class Controller:
             standby_capacity_rps=self.standby_capacity.get(spec.name, 0.0),
             standby_loss_fraction=self.standby_loss_fraction,
             unavailable_ttl_s=self.unavailable_ttl_s,
+            spill=self.state.of(spec.name).spill,
         )
 
     async def set_options(
@@ -211,7 +213,7 @@ class Controller:
             if not await self._store_answers(now) or not await self._lead(now):
                 return []
             out = await self._step(now)
-            await self._durable.save(self.state, now)
+            await self._durable.save(self.state, now, evidence=True)
             return out
 
     async def _step(self, now: float) -> list[StepResult]:
@@ -298,6 +300,18 @@ class Controller:
             self.options.get(model, ()),
             fixed_hourly=self.fixed_hourly,
         )
+
+    async def record_spills(self, spills: Mapping[str, SpillCounts]) -> None:
+        """Spilled requests that ended since the last call, per model: how many, how many
+        within RT_max, what they were billed. They decide pooled capacity and the
+        capacity target (``provisioner.spill_evidence``), in the daemon from its
+        telemetry and in the simulator from its Lambda."""
+        async with self._lock:
+            for model, c in spills.items():
+                if c.total > 0:
+                    mine = self.state.of(model)
+                    seen = mine.spill.observe(c.within, c.total, c.cost)
+                    self.state = self.state.with_model(model, replace(mine, spill=seen))
 
     async def check_slo(self, now: float, latencies: Mapping[str, Sequence[float]]) -> list[str]:
         """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.

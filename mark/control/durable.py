@@ -39,6 +39,7 @@ from mark.errors import StoreError
 from mark.state.records import ControlStateRecord, LeaseRecord
 from provisioner.control_state import ControlState, ModelControl, PendingStart
 from provisioner.slo_monitor import SloMonitorState
+from provisioner.spill_evidence import SpillEvidence
 from provisioner.spot import InterruptionMemory
 
 log = logging.getLogger("mark.control")
@@ -83,6 +84,7 @@ def encode_state(state: ControlState) -> dict[str, Any]:
                 "slo_holdoff_until": _t(c.slo.holdoff_until),
                 "hold_standbys_until": _t(c.hold_standbys_until),
                 "explored_at": _t(c.explored_at),
+                "spill": [c.spill.seen, c.spill.within, c.spill.cost],
             }
             for name, c in sorted(state.models.items())
         },
@@ -96,6 +98,11 @@ def encode_state(state: ControlState) -> dict[str, Any]:
     }
 
 
+def _without_evidence(data: Mapping[str, Any]) -> dict[str, Any]:
+    models = {m: {k: v for k, v in c.items() if k != "spill"} for m, c in data["models"].items()}
+    return {**data, "models": models}
+
+
 def decode_state(data: Mapping[str, Any]) -> ControlState:
     """``encode_state``'s JSON back; raises ``ValueError`` (or ``KeyError``/``TypeError``)
     when it is not that layout."""
@@ -105,6 +112,7 @@ def decode_state(data: Mapping[str, Any]) -> ControlState:
             slo=SloMonitorState((), _since(c["slo_holdoff_until"])),
             hold_standbys_until=_since(c["hold_standbys_until"]),
             explored_at=_since(c["explored_at"]),
+            spill=SpillEvidence(*(float(x) for x in c.get("spill", (0.0, 0.0, 0.0)))),
         )
         for name, c in data["models"].items()
     }
@@ -215,13 +223,18 @@ class Durable:
         self._saved = encode_state(state)
         return state
 
-    async def save(self, state: ControlState, now: float) -> None:
+    async def save(self, state: ControlState, now: float, *, evidence: bool = False) -> None:
         """Save the state if it changed since last saved; a failure is logged, not fatal
-        (the next task saves again)."""
+        (the next task saves again). Spill evidence changes with every spilled request:
+        a change in it alone is saved only with ``evidence`` (once per control step)."""
         if self.store is None:
             return
         data = encode_state(state)
-        if data == self._saved:
+        if data == self._saved or (
+            not evidence
+            and self._saved is not None
+            and _without_evidence(data) == _without_evidence(self._saved)
+        ):
             return
         try:
             await self.store.save_control_state(

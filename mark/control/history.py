@@ -68,6 +68,18 @@ class LoadHistory:
             del cache[key]
         return start, max_rate_per_minute(list(cache.values()), start, self.history_minutes)
 
+    def window_minutes(self, model: str, now: float, minutes: int = 60) -> list[list[float]]:
+        """The window rates of each of the last ``minutes`` whole minutes before ``now``, as
+        last read by ``minutes``/``forecast`` (the within-step shape the capacity target
+        measures)."""
+        end = math.floor(now / 60.0) * 60.0
+        start = end - minutes * 60.0
+        grouped: dict[int, list[float]] = {}
+        for w in self._series.get(model, {}).values():
+            if start <= w.window_start < end:
+                grouped.setdefault(int((w.window_start - start) // 60.0), []).append(w.rate)
+        return [grouped[k] for k in sorted(grouped)]
+
     async def forecast(self, model: str, now: float, steps: int) -> tuple[list[float], float]:
         """The forecast max rate for each of the next ``steps`` control steps (P_u each),
         and the highest rate observed in the history it was made from.

@@ -10,6 +10,7 @@ from mark.cloud.aws.instances import TAG_CLUSTER
 from mark.config import ModelSpec, Settings
 from mark.errors import UnknownOffering
 from mark.ports import InstanceInfo
+from provisioner.capacity_target import spill_price
 from provisioner.control_state import Member, Snapshot, StepConfig
 from provisioner.explore_step import Candidate, ExploreConfig
 from provisioner.forecast_sanity import ForecastBounds
@@ -17,8 +18,10 @@ from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
 from provisioner.health_step import HealthConfig
 from provisioner.orphan_step import OrphanConfig, StandbyPool
+from provisioner.pooling import pool_with
 from provisioner.slo_monitor import SloMonitorConfig, backup_type
 from provisioner.spend_rails import SpendLimits
+from provisioner.spill_evidence import SpillEvidence
 
 Price = Callable[[str, str], float]
 
@@ -50,14 +53,18 @@ def step_config(
     standby_capacity_rps: float,
     standby_loss_fraction: float,
     unavailable_ttl_s: float,
+    spill: SpillEvidence = SpillEvidence(),
 ) -> StepConfig:
+    """The model's step settings; ``spill`` (what its spilled requests showed lately)
+    decides pooled capacity under ``auto`` and the capacity target's spill price."""
     t = settings.timings
+    planner = settings.planner
     budget = settings.budget
     standby_types = settings.offerings.standby_types
     standby = standby_types[0] if standby_types else None
     return StepConfig(
         step_s=t.update_period_s,
-        tau_steps=max(1, round(t.lead_time_s / t.update_period_s)),
+        tau_steps=t.lead_steps(boot_s),
         boot_s=boot_s,
         window_steps=t.window_steps,
         guard=GuardConfig(
@@ -70,7 +77,8 @@ def step_config(
         standby_capacity_rps=standby_capacity_rps,
         standby_loss_fraction=standby_loss_fraction,
         unavailable_ttl_s=unavailable_ttl_s,
-        pooled=settings.planner.pooled_capacity,
+        pooled=pool_with(planner.pooled_capacity, spill),
+        spill_cost_per_request=spill_price(planner.spill_capacity_target, spill),
     )
 
 
@@ -157,6 +165,7 @@ def snapshot(
     forecast: Sequence[float] = (),
     observed_peak: float = 0.0,
     fixed_hourly: float = 0.0,
+    window_minutes: Sequence[Sequence[float]] = (),
 ) -> Snapshot:
     return Snapshot(
         model,
@@ -166,4 +175,5 @@ def snapshot(
         tuple(options),
         members(fleet, price),
         fixed_hourly,
+        tuple(tuple(m) for m in window_minutes),
     )

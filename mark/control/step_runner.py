@@ -73,7 +73,10 @@ async def run_plan_step(
     live = [i for i in everything if i.state in LIVE]
     forecast, peak = await history.forecast(model, now, cfg.window_steps)
     price = recorder.price
-    snap = _ready(snapshot(model, now, live, price, options, forecast, peak, fixed_hourly), facts)
+    shape = history.window_minutes(model, now)
+    snap = _ready(
+        snapshot(model, now, live, price, options, forecast, peak, fixed_hourly, shape), facts
+    )
     launched: list[InstanceInfo] = []
     notes: list[Note] = []
     failed = 0

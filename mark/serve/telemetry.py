@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mark.state.records import ArrivalWindow, LatencyRollup
+from provisioner.spill_evidence import SpillCounts
 
 OUTCOMES = ("served", "spilled", "error")
 SPILL_CAUSES = ("rejected", "no-backend", "failure", "drain", "retry", "closing")
@@ -60,6 +61,7 @@ class Telemetry:
     _minutes: dict[float, _Minute] = field(default_factory=dict)
     recent: deque[bool] = field(default_factory=deque)
     _fresh: list[float] = field(default_factory=list)
+    _spills: SpillCounts = field(default_factory=SpillCounts)
     _next: float | None = None  # the first window not yet drained
 
     def __post_init__(self) -> None:
@@ -96,6 +98,9 @@ class Telemetry:
             if latency_s <= edge:
                 self.latency_buckets[i] += 1
         self._fresh.append(latency_s if ok else math.inf)
+        if spilled:
+            s = self._spills
+            self._spills = SpillCounts(s.total + 1, s.within + within, s.cost)
 
     def spilled(self, cause: str, n: int, instance_type: str | None = None) -> None:
         """``n`` requests handed to Lambda for ``cause`` (``rejected``: by an agent of
@@ -106,6 +111,14 @@ class Telemetry:
 
     def lambda_charged(self, cost: float) -> None:
         self.lambda_cost += cost
+        s = self._spills
+        self._spills = SpillCounts(s.total, s.within, s.cost + cost)
+
+    def take_spills(self) -> SpillCounts:
+        """Spilled requests ended, and Lambda charges, since the last call: the spill
+        evidence the planner reads (``provisioner.spill_evidence``)."""
+        fresh, self._spills = self._spills, SpillCounts()
+        return fresh
 
     def take_latencies(self) -> list[float]:
         """Latencies (inf for failures) finished since the last call: the SLO monitor's input."""

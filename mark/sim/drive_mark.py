@@ -4,9 +4,10 @@
 ``no-batching``, ``no-prediction``) run the controller the daemon runs, on
 the simulated world's ``SimFleet`` and store: every P_u its ``step`` (after
 the arrivals counted since the last step are written to the store, as the
-daemon's telemetry writes them), every ``slo_check_s`` its ``check_slo`` on
-the latencies since the last check, and its ``on_interruption`` on each spot
-notice. Only the clock and the cloud are simulated.
+daemon's telemetry writes them), every ``slo_check_s`` its ``record_spills``
+on the spilled requests and Lambda charges since the last check and its
+``check_slo`` on their latencies, as the daemon's SLO task does, and its
+``on_interruption`` on each spot notice. Only the clock and the cloud are simulated.
 
 History before the warm-up (``history_minutes`` of P_s windows) is pre-loaded
 into the store, as a daemon that has run for a day would have it.
@@ -18,9 +19,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mark.catalog import Market
-from mark.config import BudgetSpec, OfferingsSpec, PlannerSpec, Settings
+from mark.config import BudgetSpec, OfferingsSpec, Settings
 from mark.control import Controller
 from mark.ports import InterruptionNotice
+from mark.sim.bound import SLO_EPS_S
+from mark.sim.engine import LAMBDA
 from mark.sim.loop import PolicyEvents, run_loop
 from mark.sim.world import Extra, SimWorld
 from predictor.base import Forecaster
@@ -28,13 +31,7 @@ from predictor.baselines import LastValue
 from predictor.online import OnlinePredictor, RefitPolicy
 from provisioner.options import planner_option
 from provisioner.perf_model import InstancePerf
-
-
-def spill_meets_slo(world: SimWorld) -> bool:
-    """Whether the Bouncer's spill answers within RT_max, so a pool's transient overload
-    costs Lambda money rather than SLO misses: what pooled capacity relies on
-    (``planner.pooled_capacity``). NASNet's Lambda takes 2.2 s against RT_max 1 s."""
-    return world.policy.spill and world.model.lambda_latency(1) <= world.model.rt_max_s
+from provisioner.spill_evidence import SpillCounts
 
 
 def sim_settings(world: SimWorld) -> Settings:
@@ -49,7 +46,6 @@ def sim_settings(world: SimWorld) -> Settings:
             standby_types=standby,
             max_instances=world.cfg.max_instances,
         ),
-        planner=PlannerSpec(pooled_capacity=spill_meets_slo(world)),
         # The paper's experiments measure the policy, not a user's budget: no spend rails.
         budget=BudgetSpec(max_hourly_per_model=None, max_hourly_cluster=None),
     )
@@ -112,8 +108,22 @@ async def drive_mark(world: SimWorld, forecaster: Forecaster | None) -> Extra:
         flushed = t - (t - world.t_begin) % sample
         await ctl.step(t)
 
-    async def on_slo(t: float, lat: NDArray[np.float64]) -> None:
-        if lat.size:
+    lam = world.lam
+    billed, throttled = lam.cost, lam.throttled_requests
+
+    async def on_slo(t: float, lat: NDArray[np.float64], where: NDArray[np.int8]) -> None:
+        # What the daemon's telemetry gives it: spilled requests ended, within RT_max or
+        # not (a throttled spill fails), and what Lambda billed since the last look.
+        nonlocal billed, throttled
+        on_lambda = lat[where == LAMBDA]
+        spills = SpillCounts(
+            int(on_lambda.size) + lam.throttled_requests - throttled,
+            int(np.count_nonzero(on_lambda <= world.model.rt_max_s + SLO_EPS_S)),
+            lam.cost - billed,
+        )
+        billed, throttled = lam.cost, lam.throttled_requests
+        await ctl.record_spills({model: spills})
+        if policy.slo_monitor and lat.size:
             await ctl.check_slo(t, {model: lat.tolist()})
 
     async def on_interruption(notice: InterruptionNotice) -> None:
@@ -124,7 +134,7 @@ async def drive_mark(world: SimWorld, forecaster: Forecaster | None) -> Extra:
         PolicyEvents(
             settings.timings.update_period_s,
             on_step,
-            on_slo if policy.slo_monitor else None,
+            on_slo,
             on_interruption,
         ),
     )

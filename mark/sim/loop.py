@@ -27,7 +27,9 @@ from mark.ports import InstanceState, InterruptionNotice, NoticeKind
 from mark.sim.world import SimWorld
 
 OnStep = Callable[[float], Awaitable[None]]
-OnSlo = Callable[[float, NDArray[np.float64]], Awaitable[None]]  # now, latencies since last
+OnSlo = Callable[[float, NDArray[np.float64], NDArray[np.int8]], Awaitable[None]]
+"""now, and the latencies and where (``engine.INSTANCE``, ``LAMBDA``…) of the requests
+dispatched since the last call."""
 OnInterruption = Callable[[InterruptionNotice], Awaitable[None]]
 
 PROGRESS_EVERY_S = 600.0  # of simulated time
@@ -140,8 +142,9 @@ async def run_loop(world: SimWorld, events: PolicyEvents) -> None:
         await spot.reclaim_due(t)
         if events.on_slo is not None and t >= next_slo:
             lat = engine.latencies_since(slo_from)
+            where = engine.where[slo_from : engine.i]
             slo_from = engine.i
-            await events.on_slo(t, lat)
+            await events.on_slo(t, lat, where)
             next_slo = t + cfg.slo_check_s
         await spot.planned_due(t)
         if t >= next_step:

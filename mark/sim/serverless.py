@@ -36,6 +36,7 @@ class SimLambda:
     requests: int = 0
     cold_starts: int = 0
     throttled: int = 0
+    throttled_requests: int = 0
     cost: float = 0.0
     gb_seconds: float = 0.0
     _busy: list[float] = field(default_factory=list)  # heap of end times
@@ -54,6 +55,7 @@ class SimLambda:
         elif len(busy) >= self.concurrency:
             if busy[0] - now > self.queue_timeout_s:
                 self.throttled += 1
+                self.throttled_requests += requests
                 return None
             start = heapq.heappop(busy)  # waits for the first environment to free
         else:

@@ -14,9 +14,32 @@ from mark.errors import ConfigError
 def test_defaults_are_the_papers_timings_and_a_sqlite_file(tmp_path: Path) -> None:
     s = load_settings()
     t = s.timings
-    assert (t.update_period_s, t.window_steps, t.sample_window_s, t.lead_time_s) == (60, 60, 5, 300)
+    assert (t.update_period_s, t.window_steps, t.sample_window_s, t.lead_time_s) == (
+        60,
+        60,
+        5,
+        None,
+    )
     assert s.world == "local"
     assert s.db_url == f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mark.db'}"
+
+
+@pytest.mark.parametrize(
+    ("lead_time_s", "boot_s", "steps"),
+    [
+        (None, 120.0, 2),
+        (None, 90.0, 2),
+        (None, 60.0, 1),
+        (None, 5.0, 1),
+        (None, 7200.0, 59),  # within the 60-step forecast
+        (300.0, 120.0, 5),
+    ],
+)
+def test_lead_time_is_the_boot_time_rounded_up_to_steps_unless_set(
+    lead_time_s: float | None, boot_s: float, steps: int
+) -> None:
+    s = load_settings(overrides={"timings": {"lead_time_s": lead_time_s}})
+    assert s.timings.lead_steps(boot_s) == steps
 
 
 def test_sources_layer_yaml_then_env_then_overrides(

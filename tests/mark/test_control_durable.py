@@ -26,6 +26,7 @@ from mark.state.store import make_engine
 from provisioner.control_state import ControlState, ModelControl, PendingStart
 from provisioner.greedy import PlannerOption
 from provisioner.slo_monitor import SloMonitorState
+from provisioner.spill_evidence import SpillEvidence
 from provisioner.spot import InterruptionMemory
 
 T0 = 1_700_000_000.0
@@ -37,7 +38,7 @@ STATE = ControlState(
             slo=SloMonitorState((True, False), holdoff_until=T0 + 120),
             hold_standbys_until=T0 + 180,
         ),
-        "other": ModelControl(explored_at=T0 - 5),
+        "other": ModelControl(explored_at=T0 - 5, spill=SpillEvidence(120.0, 90.5, 0.0023)),
     },
     avoid=InterruptionMemory({("c5.large", "spot"): T0 + 180}),
     doomed={"i-2": T0 + 120},
@@ -68,7 +69,15 @@ def test_the_state_round_trips_through_strict_json() -> None:
         STATE.orphans,
     )
     assert back.of("other").hold_standbys_until == -math.inf
+    assert back.of("other").spill == SpillEvidence(120.0, 90.5, 0.0023)
     assert decode_state(encode_state(ControlState())) == ControlState()
+
+
+def test_a_state_saved_before_spill_evidence_reads_with_none() -> None:
+    data = encode_state(STATE)
+    for c in data["models"].values():
+        del c["spill"]
+    assert decode_state(data).of("other").spill == SpillEvidence()
 
 
 async def test_the_control_state_and_lease_tables_come_with_migration_0004(db_url: str) -> None:
@@ -129,6 +138,13 @@ async def test_saving_writes_only_what_changed(db_url: str) -> None:
         )
         await durable.save(same, T0 + 10)
         assert (await store.control_state("prod")).saved_at == T0  # type: ignore[union-attr]
+        # new spill evidence alone waits for the control step's save
+        other = STATE.models["other"]
+        spilled = STATE.with_model("other", replace(other, spill=other.spill.observe(3, 4, 1e-4)))
+        await durable.save(spilled, T0 + 12)
+        assert (await store.control_state("prod")).saved_at == T0  # type: ignore[union-attr]
+        await durable.save(spilled, T0 + 14, evidence=True)
+        assert (await store.control_state("prod")).saved_at == T0 + 14  # type: ignore[union-attr]
         await durable.save(ControlState(), T0 + 20)
         assert (await store.control_state("prod")).saved_at == T0 + 20  # type: ignore[union-attr]
     finally:

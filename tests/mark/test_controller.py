@@ -16,8 +16,10 @@ from mark.control import Controller, build_options, max_rate_per_minute
 from mark.ports import InstanceState
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
+from provisioner.capacity_target import best_capacity
 from provisioner.greedy import PlannerOption
 from provisioner.pooling import capacity_in_pool
+from provisioner.spill_evidence import SpillCounts
 
 T0 = 1_700_000_000.0
 
@@ -490,3 +492,68 @@ async def test_with_a_short_update_period_the_forecast_sees_the_last_60_s(tmp_pa
         assert forecast == [pytest.approx(24.0)] * 24
     finally:
         await store.close()
+
+
+async def test_spilled_requests_decide_pooling_and_the_capacity_target(tmp_path: Path) -> None:
+    """Under the default ``auto``, the step plans stand-alone until spill is measured in
+    time, then pooled, with spill's measured price as the capacity target's; spill that
+    misses RT_max takes both back. The launch count follows: pooled capacity and a
+    target below the peak buy fewer instances for the same load."""
+    settings = load_settings(overrides={"offerings": {"types": ["c5.large"], "markets": ["spot"]}})
+    spec = settings.models[0]
+    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+    options = build_options(spec, load_catalog(), ["c5.large"], [Market.SPOT], lat, 90.0)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        ctl = Controller(
+            settings, SimFleet(load_catalog(), lambda: T0), store, {spec.name: options}
+        )
+        first = ctl.config_for(spec)
+        assert not first.pooled and first.spill_cost_per_request is None
+        await ctl.record_spills({spec.name: SpillCounts(total=100, within=95, cost=100 * 2e-5)})
+        warm = ctl.config_for(spec)
+        assert warm.pooled and warm.spill_cost_per_request == pytest.approx(2e-5)
+        for _ in range(5):  # spill slows down past RT_max
+            await ctl.record_spills({spec.name: SpillCounts(total=200, within=0, cost=4e-3)})
+        slow = ctl.config_for(spec)
+        assert not slow.pooled and slow.spill_cost_per_request is None
+    finally:
+        await store.close()
+
+
+async def test_the_capacity_target_buys_for_less_than_the_peak(tmp_path: Path) -> None:
+    """Windows that peak once a minute: with spill in time and priced, the step plans for
+    the newsvendor quantile of each minute's windows and launches fewer instances."""
+    settings = load_settings(
+        overrides={
+            "offerings": {"types": ["c5.large"], "markets": ["spot"]},
+            "planner": {"pooled_capacity": False},
+        }
+    )
+    spec = settings.models[0]
+    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+    options = build_options(spec, load_catalog(), ["c5.large"], [Market.SPOT], lat, 90.0)
+    cap = options[0].capacity_rps
+    # spill at twice an instance's price per request: cover the median window (q = 0.5)
+    c_o = options[0].price_per_hour / 3600.0 / best_capacity(options[0])
+    launched = []
+    for spills in (None, SpillCounts(total=100, within=100, cost=100 * 2 * c_o)):
+        store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/{len(launched)}.db", upgrade=True)
+        try:
+            # 11 windows a minute at 4 instances' worth, one at 12
+            windows = [
+                ArrivalWindow(
+                    spec.name, T0 - 3600 + 5 * k, 5.0, int((12 if k % 12 == 0 else 4) * cap * 5)
+                )
+                for k in range(720)
+            ]
+            await store.add_arrivals(windows)
+            fleet = SimFleet(load_catalog(), lambda: T0)
+            ctl = Controller(settings, fleet, store, {spec.name: options}, boot_s=60.0)
+            if spills is not None:
+                await ctl.record_spills({spec.name: spills})
+            await ctl.step(T0)
+            launched.append(len(await fleet.list()))
+        finally:
+            await store.close()
+    assert launched[0] >= 12 and launched[1] <= launched[0] / 2, launched

@@ -19,7 +19,8 @@ def test_off_by_default_and_shown() -> None:
     settings = load_settings()
     assert dump_settings(settings)["planner"] == {
         "explore_unprofiled": {"max_concurrent": 0, "interval_s": 3600.0},
-        "pooled_capacity": True,
+        "pooled_capacity": "auto",
+        "spill_capacity_target": True,
     }
     assert explore_config(settings) == ExploreConfig(0, 3600.0)
 

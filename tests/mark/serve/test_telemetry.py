@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mark.serve.telemetry import Telemetry
+from provisioner.spill_evidence import SpillCounts
 
 
 def test_arrivals_per_window_and_minute_rollups_close_on_time() -> None:
@@ -40,3 +43,17 @@ def test_a_quiet_daemon_records_zero_windows_from_its_start() -> None:
     t.arrival(27.5, 3)
     windows, _ = t.drain(now=31.0)
     assert [(w.window_start, w.count) for w in windows] == [(25.0, 3)]
+
+
+def test_spilled_outcomes_and_lambda_charges_are_handed_over_once() -> None:
+    tel = Telemetry("m", rt_max_ms=600.0)
+    tel.outcome(10.0, 0.3, ok=True, spilled=True)  # in time
+    tel.outcome(10.1, 1.5, ok=True, spilled=True)  # a cold start: late
+    tel.outcome(10.2, 0.2, ok=False, spilled=True)  # the spill failed
+    tel.outcome(10.3, 0.1, ok=True, spilled=False)  # served on an instance: not a spill
+    tel.lambda_charged(3e-5)
+    tel.lambda_charged(2e-5)
+    got = tel.take_spills()
+    assert (got.total, got.within) == (3, 1)
+    assert got.cost == pytest.approx(5e-5)
+    assert tel.take_spills() == SpillCounts()
