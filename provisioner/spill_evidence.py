@@ -80,6 +80,7 @@ class SpillEvidence:
 
     def cost_per_request(self) -> float | None:
         """What one spilled request is billed, once known and non-zero."""
-        if not self.known or self.cost <= 0.0:
+        if not self.known:
             return None
-        return self.cost / self.seen
+        price = self.cost / self.seen  # a subnormal cost divides to 0.0: not a price either
+        return price if price > 0.0 else None
