@@ -20,10 +20,12 @@ from mark.errors import ConfigError, UnknownOffering
 from mark.sim.bound import Bound
 from mark.sim.compare import compare, train_forecaster
 from mark.sim.models import PAPER_MODELS, paper_model
+from mark.sim.oracle_forecast import ORACLE, OracleForecast
 from mark.sim.policies import POLICIES, Policy, parse_policies
 from mark.sim.results import PolicyResult
 from mark.sim.run import SimConfig
 from mark.sim.workloads import Workload, mmpp_workload, surge_workload, trace_workload
+from predictor.base import Forecaster
 from provisioner.target_tracking import DEFAULT_METRIC_DELAY_S
 
 DEFAULT_START_DAY = {"twitter": 10.0, "nab": 30.0}
@@ -247,7 +249,10 @@ def simulate(
         help=f"comma-separated; known: {', '.join(POLICIES)}",
     ),
     predictor: str = typer.Option(
-        "lstm", help="forecaster trained on the history before the window (cached)"
+        "lstm",
+        help="forecaster trained on the history before the window (cached); 'oracle' "
+        "forecasts the window's true per-minute peaks: an ablation that shows what a "
+        "perfect forecast would cost",
     ),
     rate_scale: float = typer.Option(1.0, help="multiply the trace's request rate"),
     time_scale: float = typer.Option(1.0, help=">1 plays the trace faster (trace s per sim s)"),
@@ -319,8 +324,11 @@ def simulate(
     if workload.start < warmup_s + 3600:
         raise ConfigError("need at least an hour of history before the warm-up: use a later day")
     needs_forecast = any(p.kind == "mark" and p.prediction for p in chosen)
-    forecaster = None
-    if needs_forecast:
+    forecaster: Forecaster | None = None
+    if needs_forecast and predictor == ORACLE:
+        err_console.print("predictor oracle: the window's true per-minute peaks (an ablation)")
+        forecaster = OracleForecast(workload)
+    elif needs_forecast:
         cache = state(ctx).settings().data_dir / "sim-cache"
         err_console.print(f"training {predictor} on the history before the window…")
         t = time.perf_counter()
