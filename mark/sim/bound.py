@@ -80,6 +80,24 @@ into its slot add ``(δ−ξ)/δ`` to ``a`` and ``ξ/δ`` to ``b``. Then:
    a start at offset ``ξ`` of slot ``u'`` covers ``δ−ξ`` of ``u'``, all of
    ``u'+1 .. u'+k−1`` and ``ξ`` of ``u'+k``: exactly the ``a``/``b`` terms.
 5. *SLO.* The run missed at most ``M`` requests.
+6. *Batching floor* (with ``batch_price``; it binds where load is too sparse to fill
+   batches, e.g. NASNet and OpenNMT-ende at Table 5's scale). The rate ``μ_o`` assumes
+   full batches, but the in-time requests of one batch arrive close together: a batch
+   of ``n`` starting at ``s`` answers a request in time only if it arrived in
+   ``[s + T_n − RT_max, s]``, so any two of its in-time requests arrived at most
+   ``G_o = RT_max − min_n T_n`` apart. So a batch holding in-time request ``r`` holds at
+   most ``m_o(r)`` of them, the arrivals within ``G_o`` of ``r`` (``r`` included, warm-up
+   neighbours too), and at most ``n_max`` (``T_n ≤ RT_max``). With ``k`` in-time requests
+   in a batch of ``n ≥ k``, ``T_n ≥ T̃_k = min_{k≤j≤n_max} T_j``, so each in-time request
+   holds at least ``θ_o(r) = min_{i≤m_o(r)} T̃_i/i ≤ T_n/k`` of instance time; over
+   slots, its share ``|batch ∩ v|/T_n`` (item 2) times ``θ_o(r)`` is at most
+   ``|batch ∩ v|/k``, and the batch's ``k`` requests together at most ``|batch ∩ v|``.
+   One batch at a time per instance, so ``Σ_r θ_o(r)·share_v(r) ≤ ∫_v R_o``. Multiply
+   by ``price_o`` and take ``π_w = min_o price_o·min_{r∈w} θ_o(r)`` over every
+   offering (before pruning) and every request of slot ``w``; summing over offerings:
+   ``Σ_j π_{v−j}·x[v−j,j] ≤ δ·Σ_o price_o·n[o,v]``, one more row per slot. It does not
+   charge for queueing (a clairvoyant dispatcher could time every batch), nor for
+   whole instances: where those bind, the bound stays loose.
 
 So every SLO-meeting run is a feasible point whose LP objective is at most its
 cost: the LP optimum is a lower bound. HiGHS solves it to optimality (through
@@ -98,10 +116,14 @@ In this LP more holds: every constraint is linear and homogeneous in an
 offering's variables, so ``o``'s schedule scaled by ``μ_o/μ_*`` is one of the
 offering ``*`` with the least price per rate, serving as much for no more. The
 optimum therefore uses one offering; ``prune_dominated`` keeps only those with
-the least ``price/μ`` (ties kept). Tests check the value is the same unpruned.
+the least ``price/μ`` (ties kept). With the batching floor, scale by price instead:
+``o``'s schedule times ``price_o/price_*`` is one of ``*`` that costs the same, has
+the same ``Σ price·n`` (the floor's right side) and serves at least as much
+(``μ_*/price_* ≥ μ_o/price_o``); the growth and billing rows are homogeneous. Tests
+check the value is the same unpruned.
 
 What it leaves out (each only lowers it): boot time, forecast error, the
-planner's 98 %-quantile capacity, integer instances, cold starts, Lambda
+planner's 98 %-quantile capacity, integer instances, queueing, cold starts, Lambda
 throttling beyond the concurrency, the fleet limit, spot interruptions.
 """
 
@@ -110,7 +132,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -141,6 +163,9 @@ class BoundOffering:
     price_per_hour: float
     rate_rps: float  # best SLO-feasible batch rate, max_n n/T_n with T_n ≤ RT_max
     role: str = "serving"  # or "standby" (a burstable standby at full speed)
+    latency: Callable[[int], float] | None = field(default=None, compare=False, repr=False)
+    """T_n, for the batching floor (``batch_prices``); None: only ``rate_rps`` is known."""
+    max_batch: int = MAX_BATCH
 
     @property
     def key(self) -> str:
@@ -232,7 +257,7 @@ def bound_offerings(
                 price = catalog.offering(itype, Market(market)).price_per_hour
             except UnknownOffering:
                 continue
-            out.append(BoundOffering(itype, market, price, rate))
+            out.append(BoundOffering(itype, market, price, rate, latency=curve))
     for itype in standby_types:
         if itype not in catalog.types:
             continue
@@ -240,7 +265,17 @@ def bound_offerings(
         rate = slo_rate(curve, model.rt_max_s, max_batch=1)
         price = catalog.offering(itype, Market.ON_DEMAND).price_per_hour
         if rate > 0:
-            out.append(BoundOffering(itype, Market.ON_DEMAND.value, price, rate, "standby"))
+            out.append(
+                BoundOffering(
+                    itype,
+                    Market.ON_DEMAND.value,
+                    price,
+                    rate,
+                    "standby",
+                    latency=curve,
+                    max_batch=1,
+                )
+            )
     return out
 
 
@@ -262,6 +297,57 @@ def slot_counts(
     a = arrivals[(arrivals >= t0) & (arrivals < t0 + seconds)]
     idx = np.minimum(((a - t0) // slot_s).astype(np.int64), n - 1)
     return np.bincount(idx, minlength=n).astype(np.int64)
+
+
+def per_request_floor(
+    offering: BoundOffering, rt_max_s: float
+) -> tuple[float, NDArray[np.float64]]:
+    """(G, θ): the most two in-time requests of one batch can arrive apart, and
+    ``θ[k−1]``, the least instance time per in-time request in a batch with ``k`` of
+    them, ``min_{i ≤ k} T̃_i/i`` with ``T̃_i = min_{i ≤ j ≤ n_max} T_j`` (module doc, 6).
+    Without a latency curve: G = RT_max and θ = 1/rate at every k."""
+    if offering.latency is None:
+        return rt_max_s, np.full(MAX_BATCH, 1.0 / offering.rate_rps)
+    times = [offering.latency(n) for n in range(1, offering.max_batch + 1)]
+    feasible = [t for t in times if t <= rt_max_s + SLO_EPS_S]
+    n_max = max((n for n, t in enumerate(times, 1) if t <= rt_max_s + SLO_EPS_S), default=0)
+    if n_max == 0:
+        return 0.0, np.zeros(0)
+    envelope = np.minimum.accumulate(np.asarray(times[:n_max], dtype=float)[::-1])[::-1]
+    per = envelope / np.arange(1, n_max + 1)
+    return max(0.0, rt_max_s - min(feasible)), np.minimum.accumulate(per)
+
+
+def batch_prices(
+    arrivals: NDArray[np.float64],
+    t0: float,
+    seconds: float,
+    slot_s: float,
+    offerings: Sequence[BoundOffering],
+    rt_max_s: float,
+) -> NDArray[np.float64]:
+    """π_w: the least any offering's instances are paid per request of slot ``w`` answered
+    in time on them, given how few of the window's neighbours could share its batch
+    (module doc, 6); 0 for an empty slot. ``arrivals`` sorted, warm-up included (a
+    neighbour before ``t0`` can share a batch)."""
+    n = math.ceil(seconds / slot_s - 1e-9)
+    inside = (arrivals >= t0) & (arrivals < t0 + seconds)
+    at = arrivals[inside]
+    slot = np.minimum(((at - t0) // slot_s).astype(np.int64), n - 1)
+    best = np.full(n, np.inf)
+    for o in offerings:
+        gap, theta = per_request_floor(o, rt_max_s)
+        if theta.size == 0:
+            continue
+        lo = np.searchsorted(arrivals, at - gap - SLO_EPS_S, side="left")
+        hi = np.searchsorted(arrivals, at + gap + SLO_EPS_S, side="right")
+        k = np.clip(hi - lo, 1, theta.size)
+        per_slot = np.full(n, np.inf)
+        if at.size:  # ``slot`` is sorted: one reduction per run of equal slots
+            starts = np.flatnonzero(np.diff(slot, prepend=-1))
+            per_slot[slot[starts]] = np.minimum.reduceat(theta[k - 1], starts)
+        best = np.minimum(best, per_slot * o.price_per_hour / 3600.0)
+    return np.where(np.isfinite(best), best, 0.0)
 
 
 def miss_budget(requests: int, sl_min: float) -> int:
@@ -306,8 +392,10 @@ def system_bound(
     slot_s: float = DEFAULT_SLOT_S,
     markets: Sequence[str] = (),
     prune: bool = True,
+    batch_price: NDArray[np.float64] | None = None,
 ) -> Bound:
-    """The LP of the module docstring on ``counts`` (requests per slot of ``slot_s``)."""
+    """The LP of the module docstring on ``counts`` (requests per slot of ``slot_s``);
+    ``batch_price`` (π_w per slot, ``batch_prices``) adds the batching floor."""
     k_f = EC2_MINIMUM_S / slot_s
     k = round(k_f)
     if slot_s <= 0 or abs(k_f - k) > 1e-9 or k < 1:
@@ -362,6 +450,16 @@ def system_bound(
     if use_lambda and lam is not None:
         add(n_rows + w_idx + j_idx, y_c[w_idx, j_idx], 1.0)
         b_ub.append(np.full(n_cap, slot_s * lam.concurrency / lam.latency_s))
+        n_rows += n_cap
+    if batch_price is not None:
+        # The batching floor of slot v: Σ_j π_{v−j} x[v−j, j] − δ Σ_o price_o n[o,v] ≤ 0
+        # ($ per second on both sides).
+        if batch_price.shape != (n_w,):
+            raise BoundError(f"{batch_price.shape[0]} batch prices for {n_w} slots")
+        add(n_rows + w_idx + j_idx, x_c[w_idx, j_idx], batch_price[w_idx])
+        for o, opt in enumerate(opts):
+            add(n_rows + np.arange(n_cap), n_c[o, :n_cap], -slot_s * opt.price_per_hour / 3600.0)
+        b_ub.append(np.zeros(n_cap))
         n_rows += n_cap
     # Misses: Σ m ≤ M.
     add(np.full(n_w, n_rows), m_c, 1.0)
@@ -476,13 +574,15 @@ def window_bound(
     replaces the SLO's budget (a run that missed more is bounded at its own misses)."""
     counts = slot_counts(arrivals, t0, seconds, slot_s)
     budget = miss_budget(int(counts.sum()), model.sl_min)
+    offerings = bound_offerings(model, catalog, markets, standby_types)
     return system_bound(
         counts,
-        bound_offerings(model, catalog, markets, standby_types),
+        offerings,
         rt_max_s=model.rt_max_s,
         miss_budget=budget if misses is None else max(budget, misses),
         lam=lambda_terms(model, catalog, lambda_memory_mb, lambda_concurrency),
         slot_s=slot_s,
         markets=markets,
         prune=prune,
+        batch_price=batch_prices(np.sort(arrivals), t0, seconds, slot_s, offerings, model.rt_max_s),
     )

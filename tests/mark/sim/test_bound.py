@@ -17,9 +17,11 @@ from mark.sim.bound import (
     BoundError,
     BoundOffering,
     LambdaTerms,
+    batch_prices,
     bound_offerings,
     lambda_terms,
     miss_budget,
+    per_request_floor,
     prune_dominated,
     slo_rate,
     slot_counts,
@@ -133,6 +135,105 @@ def test_billing_minimum_makes_short_bursts_dear() -> None:
     counts = np.zeros(120)
     counts[::12] = 100
     assert _bound(counts) == pytest.approx(5 * 70 * price_s, rel=1e-6)
+
+
+# -- the batching floor (module doc, item 6) -----------------------------------
+
+FLAT = BatchLatency(((1, 0.25), (8, 0.25), (9, 0.7)))  # 0.25 s up to 8, then past RT_max
+
+
+def _flat(price: float = 0.36) -> BoundOffering:
+    return BoundOffering("c5.large", "on-demand", price, slo_rate(FLAT, RT), latency=FLAT)
+
+
+def test_the_floor_per_request_is_the_batch_time_over_the_most_that_can_share_it() -> None:
+    gap, theta = per_request_floor(_flat(), RT)
+    assert gap == pytest.approx(RT - 0.25)  # two in-time requests of a batch: ≤ 0.35 s apart
+    assert theta == pytest.approx([0.25 / k for k in range(1, 9)])
+    # A slower batch past RT_max is out; T_n that falls with n counts at the larger n's time.
+    odd = BatchLatency(((1, 0.3), (2, 0.2), (3, 0.5), (4, 0.7)))
+    gap, theta = per_request_floor(BoundOffering("x", "on-demand", 1.0, 1.0, latency=odd), RT)
+    assert gap == pytest.approx(RT - 0.2)
+    # T̃_1 = min(T_1, T_2) = 0.2; with up to 3 sharing, 2 of them in a 0.2 s batch is least.
+    assert theta == pytest.approx([0.2, 0.1, 0.1])
+    assert theta.size == 3  # T_4 = 0.7 > RT_max
+
+
+def test_sparse_arrivals_pay_a_whole_batch_each() -> None:
+    """One request every 2 s: no two within 0.35 s, so each holds a 0.25 s batch alone,
+    8x the instance time of a full batch's share; the bound is 8x the rate-only one."""
+    t0, seconds = 1_000.0, 600.0
+    arrivals = t0 + np.arange(0.0, seconds, 2.0)
+    counts = slot_counts(arrivals, t0, seconds, SLOT)
+    prices = batch_prices(arrivals, t0, seconds, SLOT, [_flat()], RT)
+    assert prices[counts > 0] == pytest.approx(0.36 / 3600 * 0.25)
+    rate_only = _bound(counts, offerings=[_flat()])
+    assert _bound(counts, offerings=[_flat()], batch_price=prices) == pytest.approx(
+        8 * rate_only, rel=1e-6
+    )
+    # Three arrivals 0.1 s apart every 2 s can share one batch: a third of it each.
+    bunched = np.sort(np.concatenate([arrivals, arrivals + 0.1, arrivals + 0.2]))
+    prices = batch_prices(bunched, t0, seconds, SLOT, [_flat()], RT)
+    assert prices[counts > 0] == pytest.approx(0.36 / 3600 * 0.25 / 3)
+
+
+def test_dense_arrivals_fill_batches_and_the_floor_adds_nothing() -> None:
+    t0, seconds = 1_000.0, 300.0
+    arrivals = t0 + np.arange(0.0, seconds, 0.02)  # 50 r/s: 17 within 0.35 s of each
+    counts = slot_counts(arrivals, t0, seconds, SLOT)
+    prices = batch_prices(arrivals, t0, seconds, SLOT, [_flat()], RT)
+    assert np.allclose(prices, 0.36 / 3600 * 0.25 / 8)  # a full batch's share: 1/μ
+    with_floor = _bound(counts, offerings=[_flat()], batch_price=prices)
+    assert with_floor == pytest.approx(_bound(counts, offerings=[_flat()]), rel=1e-6)
+
+
+def test_the_floor_takes_the_cheapest_offering_per_request_and_pruning_keeps_the_value() -> None:
+    """A second offering at half the price but 0.4 s batches (20 r/s full): per request
+    alone it costs 0.18 × 0.4 < 0.36 × 0.25, so π uses it; pruning to the best price
+    per full-batch rate (the first) must not change the bound."""
+    slow = BatchLatency(((1, 0.4), (8, 0.4), (9, 0.7)))
+    half = BoundOffering("c5.xlarge", "on-demand", 0.18, slo_rate(slow, RT), latency=slow)
+    t0, seconds = 1_000.0, 600.0
+    arrivals = t0 + np.arange(0.0, seconds, 2.0)
+    counts = slot_counts(arrivals, t0, seconds, SLOT)
+    prices = batch_prices(arrivals, t0, seconds, SLOT, [_flat(), half], RT)
+    assert prices[counts > 0] == pytest.approx(0.18 / 3600 * 0.4)
+    both = {"offerings": [_flat(), half], "batch_price": prices}
+    assert _bound(counts, **both) == pytest.approx(_bound(counts, **both, prune=False), rel=1e-6)
+
+
+async def test_no_policy_costs_less_than_the_bound_where_the_floor_binds() -> None:
+    """Sparse load on a model whose batches only pay when full: the floor raises the
+    bound well above the rate-only one, and still no simulated policy is below it."""
+    model = SimModel(
+        name="batchy",
+        rt_max_s=0.6,
+        sl_min=0.98,
+        latency={"c5.xlarge": BatchLatency(((1, 0.25), (8, 0.3)))},
+        lambda_t1_s=0.9,  # too slow for RT_max: instances must answer
+        standby_t1_s=0.2,
+    )
+    seconds = 900
+    per_second = np.full(HISTORY_S + seconds, 1.5)
+    w = Workload("sparse", per_second, EPOCH, HISTORY_S, seconds)
+    cfg = SimConfig(warmup_s=300, seed=4, boot_s=60, milp_time_limit_s=5)
+    names = ("mark", "sagemaker", "ec2-target-tracking", "clairvoyant")
+    results = await compare(w, model, [POLICIES[n] for n in names], cfg, forecaster=None)
+    arrivals = w.arrivals(int(w.start - cfg.warmup_s), w.end, cfg.seed)
+    counts = slot_counts(arrivals, w.t0, seconds, SLOT)
+    offerings = bound_offerings(model, load_catalog(), ["on-demand"])
+    rate_only = system_bound(
+        counts,
+        offerings,
+        rt_max_s=model.rt_max_s,
+        miss_budget=miss_budget(int(counts.sum()), model.sl_min),
+        lam=None,
+    ).value
+    for r in results:
+        assert r.bound is not None
+        floor = (r.bound_own or r.bound).value
+        assert r.bound.value > 3 * rate_only  # 1.5 r/s: most requests alone in a batch
+        assert r.total_cost >= floor * (1 - 1e-6) - 1e-9, (r.policy, r.total_cost, floor)
 
 
 def test_slot_must_divide_a_minute_and_rt_max_be_below_one() -> None:
