@@ -95,8 +95,9 @@ into its slot add ``(δ−ξ)/δ`` to ``a`` and ``ξ/δ`` to ``b``. Then:
    One batch at a time per instance, so ``Σ_r θ_o(r)·share_v(r) ≤ ∫_v R_o``. Multiply
    by ``price_o`` and take ``π_w = min_o price_o·min_{r∈w} θ_o(r)`` over every
    offering (before pruning) and every request of slot ``w``; summing over offerings:
-   ``Σ_j π_{v−j}·x[v−j,j] ≤ δ·Σ_o price_o·n[o,v]``, one more row per slot. It does not
-   charge for queueing (a clairvoyant dispatcher could time every batch), nor for
+   ``Σ_j π_{v−j}·x[v−j,j] ≤ δ·Σ_o price_o·n[o,v]``, a row for each slot where the
+   capacity row does not imply it (some π above the least price per full-batch rate).
+   It does not charge for queueing (a clairvoyant dispatcher could time every batch), nor for
    whole instances: where those bind, the bound stays loose.
 
 So every SLO-meeting run is a feasible point whose LP objective is at most its
@@ -451,16 +452,26 @@ def system_bound(
         add(n_rows + w_idx + j_idx, y_c[w_idx, j_idx], 1.0)
         b_ub.append(np.full(n_cap, slot_s * lam.concurrency / lam.latency_s))
         n_rows += n_cap
-    if batch_price is not None:
+    if batch_price is not None and opts:
         # The batching floor of slot v: Σ_j π_{v−j} x[v−j, j] − δ Σ_o price_o n[o,v] ≤ 0
-        # ($ per second on both sides).
+        # ($ per second on both sides). Where every π it holds is at most the least
+        # price per full-batch rate, the capacity row above implies it: only the other
+        # slots get one (the same optimum, and a full-batch load's LP is unchanged).
         if batch_price.shape != (n_w,):
             raise BoundError(f"{batch_price.shape[0]} batch prices for {n_w} slots")
-        add(n_rows + w_idx + j_idx, x_c[w_idx, j_idx], batch_price[w_idx])
+        c_star = min(opt.price_per_hour / 3600.0 / opt.rate_rps for opt in opts)
+        above = np.zeros(n_cap, dtype=bool)
+        for j in range(h + 1):
+            above[j : j + n_w] |= batch_price > c_star * (1 + 1e-9)
+        slots = np.flatnonzero(above)
+        row_of = np.full(n_cap, -1, dtype=np.int64)
+        row_of[slots] = n_rows + np.arange(slots.size)
+        keep = above[w_idx + j_idx]
+        add(row_of[(w_idx + j_idx)[keep]], x_c[w_idx, j_idx][keep], batch_price[w_idx][keep])
         for o, opt in enumerate(opts):
-            add(n_rows + np.arange(n_cap), n_c[o, :n_cap], -slot_s * opt.price_per_hour / 3600.0)
-        b_ub.append(np.zeros(n_cap))
-        n_rows += n_cap
+            add(row_of[slots], n_c[o, slots], -slot_s * opt.price_per_hour / 3600.0)
+        b_ub.append(np.zeros(slots.size))
+        n_rows += slots.size
     # Misses: Σ m ≤ M.
     add(np.full(n_w, n_rows), m_c, 1.0)
     b_ub.append(np.array([float(miss_budget)]))
