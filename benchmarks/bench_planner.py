@@ -11,6 +11,8 @@ launch overhead = 90 s of the price. The pooled planner (the default) sees each
 offering at 60 % of that rate alone, rising to 97 % in a pool of 32 (the shape
 ``perf_model.pooled_capacity`` measures for an M/D/1 at the SLO percentile).
 The forecast is a seeded wave between about 500 and 3000 r/s, and 10 instances are already running.
+The capacity target (``provisioner.capacity_target``) is timed on the same offerings and an
+hour of seeded 5 s rates, as the planner runs it before planning when spill is in time.
 
     .venv/bin/python benchmarks/bench_planner.py [repeats=50] [--milp]
 
@@ -28,6 +30,7 @@ from dataclasses import replace
 import numpy as np
 
 from mark.catalog import load_catalog
+from provisioner.capacity_target import capacity_target
 from provisioner.greedy import PlannerOption, RunningInstance, plan_greedy
 from provisioner.milp import prune_dominated, solve_min_cost
 from provisioner.pooling import fleet_size, plan_pooled
@@ -105,6 +108,17 @@ def main(repeats: int, milp: bool) -> None:
         f"plan_pooled: median {statistics.median(pooled_ms):.1f} ms, "
         f"max {max(pooled_ms):.1f} ms over {repeats} runs (target <= 50 ms); "
         f"fleet {fleet_size(pooled)} instances"
+    )
+    # The capacity target on the same offerings: an hour of 12 five-second rates a minute.
+    minutes = [list(rng.gamma(5.0, f / 5.0 / 1.3, 12)) for f in forecast]
+    target_ms = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        capacity_target(forecast, minutes, 2e-5, alone)
+        target_ms.append((time.perf_counter() - started) * 1000)
+    print(
+        f"capacity_target: median {statistics.median(target_ms):.1f} ms, "
+        f"max {max(target_ms):.1f} ms over {repeats} runs (60 minutes of 5 s rates)"
     )
     if milp:
         started = time.perf_counter()
