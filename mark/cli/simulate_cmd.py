@@ -14,6 +14,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bouncer.miss_budget import DEFAULT_SHARE as DEFAULT_DECLINE_SHARE
 from mark.catalog import load_hosting_prices
 from mark.cli.context import console, err_console, run_async, state
 from mark.errors import ConfigError, UnknownOffering
@@ -91,6 +92,7 @@ def _table(results: list[PolicyResult], title: str) -> Table:
         "p95 ms",
         "p99 ms",
         "spilled",
+        "declined",
         "failed",
         "bound $",
         "cost / bound",
@@ -111,6 +113,7 @@ def _table(results: list[PolicyResult], title: str) -> Table:
             f"{r.p95_ms:.0f}",
             f"{r.p99_ms:.0f}",
             str(r.spilled),
+            str(r.extra.get("declined", 0)),
             str(r.failed),
             "–" if r.bound is None else f"{r.bound.value:.2f}",
             _ratio_cell(r),
@@ -278,6 +281,14 @@ def simulate(
         None, min=0.0, help="sagemaker: decision to InService, seconds (default: --boot-s)"
     ),
     boot_s: float = typer.Option(120.0, help="EC2 launch to serving, seconds"),
+    decline_share: float | None = typer.Option(
+        None,
+        min=0.0,
+        max=1.0,
+        help="mark policies: share of the SLO's miss allowance (1 - SL_min) spent declining "
+        "requests that would spill to Lambda (default: the model spec's, "
+        f"{DEFAULT_DECLINE_SHARE:g}; 0 never declines)",
+    ),
     warmup_s: float = typer.Option(900.0, help="simulated before the window, not counted"),
     seed: int = typer.Option(0, help="seed of the arrivals and interruptions"),
     fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv"),
@@ -309,6 +320,7 @@ def simulate(
         sagemaker_boot_s=sagemaker_boot_s,
         interrupt_rate_per_hour=interrupt_rate,
         interruptions=parse_interruptions(interrupt),
+        decline_share=decline_share,
     )
     workload = build_workload(
         trace,

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from bouncer.miss_budget import DEFAULT_SHARE as DEFAULT_DECLINE_SHARE
 from mark.catalog import Market, load_catalog
 
 Dtype = Literal["float32", "float64", "int64", "int32", "uint8", "bool"]
@@ -33,6 +34,14 @@ class SLO(_Strict):
     rt_max_ms: float = Field(gt=0, le=600_000, description="RT_max: response-time threshold")
     sl_min: float = Field(
         gt=0, le=1, description="SL_min: fraction of requests that must finish within RT_max"
+    )
+    decline_share: float = Field(
+        default=DEFAULT_DECLINE_SHARE,
+        ge=0,
+        le=1,
+        description="share of the miss allowance (1 - SL_min) mark may spend declining, with "
+        "an immediate explicit error, requests no instance can finish in time instead of "
+        "paying Lambda for them; the rest is kept for misses nobody chooses. 0: never decline",
     )
 
 

@@ -23,7 +23,7 @@ from mark.config import BudgetSpec, OfferingsSpec, Settings
 from mark.control import Controller
 from mark.ports import InterruptionNotice
 from mark.sim.bound import SLO_EPS_S
-from mark.sim.engine import LAMBDA
+from mark.sim.engine import DECLINED, LAMBDA
 from mark.sim.loop import PolicyEvents, run_loop
 from mark.sim.world import Extra, SimWorld
 from predictor.base import Forecaster
@@ -123,8 +123,10 @@ async def drive_mark(world: SimWorld, forecaster: Forecaster | None) -> Extra:
         )
         billed, throttled = lam.cost, lam.throttled_requests
         await ctl.record_spills({model: spills})
-        if policy.slo_monitor and lat.size:
-            await ctl.check_slo(t, {model: lat.tolist()})
+        # Declined requests were the miss budget's choice, not a sign of too few instances.
+        served = lat[where != DECLINED]
+        if policy.slo_monitor and served.size:
+            await ctl.check_slo(t, {model: served.tolist()})
 
     async def on_interruption(notice: InterruptionNotice) -> None:
         await ctl.on_interruption(notice, world.clock.t)

@@ -6,7 +6,9 @@ the instance that would finish it soonest (``pick``); a batch for that
 instance fills until N_batch or until W_batch has passed since that request
 arrived (``fill``); the instance's Bouncer (``bouncer.admission.Backlog``, the
 queue state the agent keeps) admits what it can finish by the deadline; the
-rest spill at once to the simulated Lambda in chunks of ``SPILL_CHUNK``.
+rest spill at once to the simulated Lambda in chunks of ``SPILL_CHUNK``, less
+what the SLO's miss budget declines (``bouncer.miss_budget``, as the dispatcher
+asks it; ``DECLINED``, latency inf).
 Without a Bouncer (SageMaker-style serving, the no-Lambda ablation) an
 instance queues everything it is sent. With ``timeout_s`` (SageMaker's
 InvokeEndpoint gives up after 60 s) a request whose response would come later
@@ -36,10 +38,11 @@ from numpy.typing import NDArray
 
 from bouncer.admission import Admission, Backlog
 from bouncer.latency import BatchLatency
+from bouncer.miss_budget import MissBudget
 from bouncer.routing import SPILL_CHUNK, fill, pick
 from mark.sim.serverless import SimLambda
 
-UNSERVED, INSTANCE, LAMBDA, FAILED = 0, 1, 2, 3
+UNSERVED, INSTANCE, LAMBDA, FAILED, DECLINED = 0, 1, 2, 3, 4
 
 
 @dataclass(eq=False, slots=True)
@@ -132,8 +135,11 @@ class Engine:
         *,
         bouncer: bool = True,
         timeout_s: float | None = None,
+        budget: MissBudget | None = None,
     ) -> None:
-        """``timeout_s``: a response later than this after arrival fails (None: never)."""
+        """``timeout_s``: a response later than this after arrival fails (None: never);
+        ``budget``: the SLO's miss budget, spent declining what would spill
+        (``bouncer.miss_budget``; None: never decline)."""
         self.arr = arrivals
         self.rt = rt_max_s
         self.lam = lam
@@ -146,6 +152,8 @@ class Engine:
         self.t_free = -math.inf
         self._pools: dict[str, _Pool] = {}
         self._max_w = 0.0
+        self.budget = budget
+        self._counted = 0  # arrivals the budget has been told of
 
     def set_servers(self, servers: Iterable[Server]) -> None:
         """The instances that serve from now on (booted, not stopped or reclaimed)."""
@@ -207,14 +215,19 @@ class Engine:
                 srv.running.append(adm)
                 srv.batches += 1
                 srv.served += len(adm.admitted)
+                late = 0
                 for x in adm.admitted:
                     took = fin - seg[k + x]
                     if took > timeout:
                         lat[k + x] = math.inf
                         where[k + x] = FAILED
+                        late += 1
                     else:
                         lat[k + x] = took
                         where[k + x] = INSTANCE
+                        late += took > rt
+                if late and self.budget is not None:
+                    self.budget.miss(disp, late)
             if adm.rejected:
                 self._spill(disp, seg, [k + x for x in adm.rejected], lat, where)
             pools[srv.itype].take(srv)
@@ -223,6 +236,14 @@ class Engine:
         self.where[i : i + k] = where[:k]
         self.i = i + k
         self.t_free = t_free
+        if self.budget is not None:
+            self._count_arrivals(i + k, t_end)
+
+    def _count_arrivals(self, upto: int, now: float) -> None:
+        """Tell the budget of the arrivals before index ``upto`` not yet counted."""
+        if upto > self._counted and self.budget is not None:
+            self.budget.arrive(now, upto - self._counted)
+            self._counted = upto
 
     def _spill(
         self,
@@ -232,7 +253,20 @@ class Engine:
         lat: list[float],
         where: list[int],
     ) -> None:
+        """Spill the requests ``idx`` of ``seg`` at ``now``, less those the miss budget
+        declines."""
         todo = list(idx)
+        budget = self.budget
+        if budget is not None and todo:
+            # Every request that has arrived by now counts, as the daemon counts on submit.
+            self._count_arrivals(int(np.searchsorted(self.arr, now, "right")), now)
+            n = budget.decline(now, len(todo))
+            for x in todo[:n]:
+                lat[x] = math.inf
+                where[x] = DECLINED
+            todo = todo[n:]
+        missed = 0
+        rt = self.rt
         for c in range(0, len(todo), SPILL_CHUNK):
             chunk = todo[c : c + SPILL_CHUNK]
             end = (
@@ -244,9 +278,13 @@ class Engine:
                 if end is None:
                     lat[x] = math.inf
                     where[x] = FAILED
+                    missed += 1
                 else:
                     lat[x] = end - seg[x]
                     where[x] = LAMBDA
+                    missed += lat[x] > rt
+        if missed and budget is not None:
+            budget.miss(now, missed)
 
     def latencies_since(self, start: int) -> NDArray[np.float64]:
         """Latencies of the requests dispatched since index ``start`` (inf = failed)."""

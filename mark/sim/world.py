@@ -22,12 +22,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from bouncer.latency import BatchLatency
+from bouncer.miss_budget import MissBudget
 from mark.billing import ec2_charge
 from mark.catalog import Catalog, HostingPrices, Market, load_catalog, load_hosting_prices
 from mark.control import build_options
 from mark.errors import ConfigError
 from mark.ports import InstanceInfo, InstanceRole, InstanceState, Store
-from mark.sim.engine import FAILED, LAMBDA, Engine, Server
+from mark.sim.engine import DECLINED, FAILED, LAMBDA, Engine, Server
 from mark.sim.fleet import SimFleet
 from mark.sim.memstore import MemoryStore
 from mark.sim.models import T3_BASELINE, SimModel
@@ -78,6 +79,9 @@ class SimConfig:
     milp_time_limit_s: float = 60.0
     history_minutes: int = 1500
     bound_slot_s: float = 5.0  # the lower bound's slot (mark.sim.bound); divides 60 s
+    # The mark policies' share of the SLO's miss budget spent declining what would spill
+    # (bouncer.miss_budget; None: the model spec's default).
+    decline_share: float | None = None
 
 
 @dataclass
@@ -157,6 +161,7 @@ class SimWorld:
             model.lambda_latency,
             bouncer=policy.spill,
             timeout_s=cfg.sagemaker_invocation_timeout_s if self.hosting is not None else None,
+            budget=self._miss_budget(),
         )
         boot = cfg.boot_s if fleet_boot_s is None else fleet_boot_s
         self.fleet = SimFleet(
@@ -281,6 +286,17 @@ class SimWorld:
             return self.hosting.price(instance_type).price_per_hour
         return self.catalog.offering(instance_type, market).price_per_hour
 
+    def _miss_budget(self) -> MissBudget | None:
+        """The daemon's miss budget wherever mark's data plane serves (the mark policies and
+        the clairvoyant schedule, served with the Bouncer); None where it never declines
+        (share 0, or the target-tracking baselines, which have no Bouncer)."""
+        share = self.cfg.decline_share
+        if share is None:
+            share = self.model.spec().slo.decline_share
+        if not self.policy.spill or share <= 0.0:
+            return None
+        return MissBudget(self.model.sl_min, share)
+
     def result(self, extra: Extra | None = None) -> PolicyResult:
         """The measured window priced: EC2 by the second per run, Lambda by GB-second."""
         costs = {"on-demand": 0.0, "spot": 0.0, "standby": 0.0}
@@ -301,6 +317,7 @@ class SimWorld:
             "lambda_cold_starts": self.lam.cold_starts,
             "lambda_throttled": self.lam.throttled,
             "interruptions": self.interruptions,
+            "declined": int(np.count_nonzero(where == DECLINED)),
             **(extra or {}),
         }
         return summarise(

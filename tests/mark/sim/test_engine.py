@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from bouncer.latency import BatchLatency
+from bouncer.miss_budget import MissBudget
 from mark.catalog import load_catalog
-from mark.sim.engine import FAILED, INSTANCE, LAMBDA, Engine, Server
+from mark.sim.engine import DECLINED, FAILED, INSTANCE, LAMBDA, Engine, Server
 from mark.sim.serverless import SimLambda
 
 
@@ -115,3 +116,35 @@ def test_idle_instances_of_one_type_are_picked_by_id_as_the_dispatcher_does() ->
     # Both idle at 0 and again at 0.5: i-a first, then i-b takes the one i-a cannot.
     assert eng.lat.tolist() == pytest.approx([0.1, 0.1, 0.1])
     assert (a.served, b.served) == (2, 1)
+
+
+def test_the_miss_budget_declines_what_would_spill_while_it_lasts() -> None:
+    # 1,000 requests at once on one instance with RT_max 150 ms and T_1 = 100 ms: the
+    # first runs, 999 would spill. SL_min 99 %, share 0.5: 5 misses of 1,000 may be
+    # declined; the rest spill to Lambda, which answers in 0.5 s, past RT_max, so
+    # those are misses too but nobody chose them.
+    lam = SimLambda(load_catalog().lambda_prices, memory_mb=2048, cold_start_s=0.0)
+    budget = MissBudget(sl_min=0.99, share=0.5)
+    eng = Engine(np.zeros(1000), 0.15, lam, lambda k: 0.5 * k, budget=budget)
+    eng.set_servers([Server("i-1", "c5.large", "on-demand", "serving", BatchLatency(((1, 0.1),)))])
+    eng.serve_until(1.0)
+    where = eng.where.tolist()
+    assert where.count(DECLINED) == 5 and where.count(INSTANCE) == 1
+    assert where.count(LAMBDA) == 994 and lam.invocations == 994
+    assert np.isinf(eng.lat[eng.where == DECLINED]).all()
+    assert budget.arrived == 1000 and budget.missed == 5 + 994
+
+
+def test_late_answers_use_the_budget_before_anything_is_declined() -> None:
+    # The Lambda answers of the first burst come 0.5 s late: 3 misses of 600 arrivals
+    # spend the 3 the share allows, so the second burst's spill is not declined.
+    lam = SimLambda(load_catalog().lambda_prices, memory_mb=2048, cold_start_s=0.0)
+    budget = MissBudget(sl_min=0.99, share=0.5)
+    arrivals = np.array([0.0] * 4 + [0.5] * 596 + [5.0, 5.0])
+    eng = Engine(arrivals, 0.15, lam, lambda k: 0.5 * k, budget=budget)
+    eng.set_servers([Server("i-1", "c5.large", "on-demand", "serving", BatchLatency(((1, 0.1),)))])
+    eng.serve_until(0.2)  # the first 4: one served, 3 would spill, none yet counted
+    assert eng.where[:4].tolist() == [INSTANCE, LAMBDA, LAMBDA, LAMBDA]
+    eng.serve_until(10.0)
+    assert (eng.where == DECLINED).sum() == 0
+    assert (eng.where[600:] == LAMBDA).sum() == 1 and eng.where[600] == INSTANCE

@@ -1,0 +1,105 @@
+"""The SLO's miss budget, spent where it saves the most: decline rather than pay Lambda.
+
+An SLO of SL_min within RT_max allows ``1 − SL_min`` of the requests to miss. The
+requests the instances cannot finish in time go to Lambda, the dearest capacity
+mark buys (Inception-v3: about 4× a fully used p2.xlarge per request), and the
+planner already buys instances wherever they are cheaper. So a request it is
+cheapest to let miss is exactly one about to be spilled: declining it (an
+explicit error at once, which the client may retry) saves Lambda's whole price
+and costs one miss. Everything else about serving is unchanged.
+
+The rule keeps the misses of the last ``window_s`` (every miss: declined, late
+or failed) within ``share`` of the allowance on the requests that arrived in it:
+one more request may be declined while ``missed + 1 ≤ share·(1 − SL_min)·arrived``.
+The rest of the allowance, ``1 − share``, is kept for the misses nobody chooses
+(a batch that overruns, a cold Lambda past RT_max), which are counted as they
+happen and so shrink what may be declined. Over any run cut into windows, each
+window's declines keep that window within the share, so the whole run is within
+it too, plus the involuntary misses that came after a window's last decline.
+
+Pure state, like ``bouncer.admission.Backlog``: times are arguments. The
+dispatcher keeps one per model on the wall clock, the simulator's engine one per
+run on virtual time, and both ask ``declinable`` before each spill.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+BUCKET_S = 10.0
+"""The counts are kept in buckets of this many seconds; the window drops whole buckets."""
+
+DEFAULT_SHARE = 0.75
+"""Three quarters of the allowance may be spent declining; a quarter is kept for misses
+nobody chooses. Not all: the misses counted are those known so far, and a burst of
+cold Lambdas or an overrunning instance after a window's last decline would push it
+over; an SLO's owner also reads it over windows of their own."""
+
+WINDOW_S = 3600.0
+"""The accounting window: an hour, so a day's quiet hours do not pay for a burst's
+declines at its end, and a dashboard's hourly SLO stays within the share too."""
+
+
+def declinable(arrived: int, missed: int, sl_min: float, share: float) -> int:
+    """How many more requests may be declined with ``arrived`` requests and ``missed``
+    misses counted: ``⌊share·(1 − SL_min)·arrived⌋ − missed``, at least 0."""
+    if share <= 0.0 or arrived <= 0:
+        return 0
+    allowed = math.floor(share * (1.0 - sl_min) * arrived + 1e-9)
+    return max(0, allowed - missed)
+
+
+@dataclass(slots=True)
+class MissBudget:
+    """The arrivals and misses of the last ``window_s``, and how many may be declined now."""
+
+    sl_min: float
+    share: float
+    window_s: float = WINDOW_S
+    arrived: int = 0
+    missed: int = 0
+    declined_total: int = 0
+    _buckets: deque[list[float]] = field(default_factory=deque)  # [start, arrived, missed]
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError(f"share must be within [0, 1], got {self.share}")
+        if not 0.0 < self.sl_min <= 1.0:
+            raise ValueError(f"sl_min must be within (0, 1], got {self.sl_min}")
+
+    def _bucket(self, now: float) -> list[float]:
+        start = now - now % BUCKET_S
+        b = self._buckets
+        if not b or b[-1][0] < start:
+            b.append([start, 0.0, 0.0])
+        horizon = now - self.window_s
+        while b and b[0][0] + BUCKET_S <= horizon:
+            _, a, m = b.popleft()
+            self.arrived -= int(a)
+            self.missed -= int(m)
+        return b[-1]
+
+    def arrive(self, now: float, n: int = 1) -> None:
+        """``n`` requests arrived at ``now``."""
+        self._bucket(now)[1] += n
+        self.arrived += n
+
+    def miss(self, now: float, n: int = 1) -> None:
+        """``n`` requests missed RT_max (late or failed), known at ``now``."""
+        self._bucket(now)[2] += n
+        self.missed += n
+
+    def declinable(self, now: float) -> int:
+        """How many requests may be declined at ``now``."""
+        self._bucket(now)
+        return declinable(self.arrived, self.missed, self.sl_min, self.share)
+
+    def decline(self, now: float, wanted: int) -> int:
+        """Decline up to ``wanted`` requests at ``now``; returns how many: each is a miss."""
+        n = min(wanted, self.declinable(now))
+        if n > 0:
+            self.miss(now, n)
+            self.declined_total += n
+        return n

@@ -1,0 +1,80 @@
+"""The miss budget: how many requests may be declined, by hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bouncer.miss_budget import BUCKET_S, MissBudget, declinable
+
+
+def test_declinable_is_the_share_of_the_allowance_less_the_misses() -> None:
+    # 98 % within RT_max on 10,000 requests allows 200 misses; half is 100.
+    assert declinable(10_000, 0, 0.98, 0.5) == 100
+    assert declinable(10_000, 30, 0.98, 0.5) == 70  # misses nobody chose count too
+    assert declinable(10_000, 150, 0.98, 0.5) == 0  # never negative
+    assert declinable(10_000, 0, 0.98, 0.0) == 0  # share 0: never decline
+    assert declinable(0, 0, 0.98, 1.0) == 0
+    assert declinable(99, 0, 0.98, 0.5) == 0  # 0.99 of a request is none
+
+
+def test_declines_stop_when_the_windows_share_is_spent() -> None:
+    b = MissBudget(sl_min=0.99, share=0.5)
+    b.arrive(0.0, 1000)  # 1 % of 1,000 is 10 misses; half is 5
+    assert b.decline(1.0, 3) == 3
+    b.miss(2.0, 1)  # a late Lambda answer
+    assert b.declinable(3.0) == 1
+    assert b.decline(3.0, 10) == 1
+    assert b.decline(4.0, 1) == 0
+    assert (b.missed, b.declined_total) == (5, 4)
+
+
+def test_the_window_forgets_an_hour_ago() -> None:
+    b = MissBudget(sl_min=0.99, share=1.0, window_s=60.0)
+    b.arrive(0.0, 1000)
+    assert b.decline(0.0, 100) == 10
+    b.arrive(30.0, 1000)
+    assert b.declinable(30.0) == 10  # 20 allowed on 2,000, 10 spent
+    # A minute and a bucket later the first 1,000 and their 10 misses have left.
+    b.arrive(60.0 + BUCKET_S, 0)
+    assert (b.arrived, b.missed) == (1000, 0)
+    assert b.declinable(60.0 + BUCKET_S) == 10
+
+
+def test_bad_shares_are_refused() -> None:
+    with pytest.raises(ValueError, match="share"):
+        MissBudget(sl_min=0.98, share=1.5)
+    with pytest.raises(ValueError, match="sl_min"):
+        MissBudget(sl_min=0.0, share=0.5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 30.0),  # seconds since the last event
+            st.integers(0, 500),  # arrivals
+            st.integers(0, 50),  # requests wanting to be declined
+            st.integers(0, 3),  # misses nobody chose
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    st.sampled_from([0.9, 0.98, 0.999]),
+    st.floats(0.0, 1.0),
+)
+def test_misses_in_any_window_stay_within_the_share(
+    events: list[tuple[float, int, int, int]], sl_min: float, share: float
+) -> None:
+    # Whatever the load, right after a decline the window's misses (declined or not)
+    # are within share × (1 - SL_min) of its arrivals: declines never overdraw it.
+    b = MissBudget(sl_min=sl_min, share=share, window_s=120.0)
+    now = 0.0
+    for gap, arrived, wanted, involuntary in events:
+        now += gap
+        b.arrive(now, arrived)
+        b.miss(now, involuntary)
+        if b.decline(now, wanted) > 0:
+            assert b.missed <= share * (1.0 - sl_min) * b.arrived + 1e-6
+        assert 0 <= b.declinable(now) <= max(0, share * (1.0 - sl_min) * b.arrived)
