@@ -49,6 +49,7 @@ from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
 from bouncer.latency import BatchLatency
+from bouncer.miss_budget import MissBudget
 from mark.catalog import Catalog, load_catalog
 from mark.clock import WallClock
 from mark.config import Settings
@@ -124,8 +125,20 @@ def serving(
             recent_size=settings.slo_monitor.last_m,
             started_at=clock(),
         )
+        budget = (
+            MissBudget(m.slo.sl_min, m.slo.decline_share)
+            if serverless is not None and m.slo.decline_share > 0
+            else None
+        )
         disp = Dispatcher(
-            m.name, m.slo.rt_max_ms / 1000.0, m.input.dtype, clock, session, serverless, tel
+            m.name,
+            m.slo.rt_max_ms / 1000.0,
+            m.input.dtype,
+            clock,
+            session,
+            serverless,
+            tel,
+            budget=budget,
         )
         disp.start()
         models[m.name] = Served(m, disp, tel)

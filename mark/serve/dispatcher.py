@@ -7,7 +7,9 @@ since that request arrived — a batch never waits longer. That rule is
 ``bouncer.routing``'s, which the simulator applies too; the batch goes to the
 agent in ``bouncer.wire``'s protocol. The instance's Bouncer answers at once
 with what it admits; what it rejects, and everything when no instance exists,
-goes to the ``Serverless`` port straight away. Every request ends in an
+goes to the ``Serverless`` port straight away, less what the SLO's miss budget
+declines (``bouncer.miss_budget``: an explicit ``DECLINED`` error at once, while the
+last hour's misses leave room), as the simulator's engine does. Every request ends in an
 ``Outcome``: an output, or an explicit error. None is lost. The deadline an
 agent is given is the request's less the instance's transport allowance (how
 late its results come back, ``bouncer.routing.allowance_after``), so what its
@@ -58,6 +60,7 @@ import numpy as np
 
 from bouncer.agent_token import token_headers
 from bouncer.latency import BatchLatency
+from bouncer.miss_budget import MissBudget
 from bouncer.routing import (
     SPILL_CHUNK,
     allowance_after,
@@ -87,6 +90,16 @@ second, a GC pause or a busy machine's scheduling would spill batches merely lat
 
 SHUTTING_DOWN = "mark is shutting down"
 """The error of every request the dispatcher still holds when it closes, or gets after."""
+
+DECLINED = (
+    "declined: no instance could answer within RT_max, and the SLO's miss budget "
+    "(slo.decline_share) covers this request; retry"
+)
+"""The error of a request declined instead of spilled (``bouncer.miss_budget``)."""
+
+DECLINABLE_CAUSES = frozenset({"rejected", "no-backend"})
+"""The spills the miss budget may decline: those for want of capacity, as the simulator's
+engine has them. A request whose instance failed or left is owed its spill."""
 
 SPILL_TIMEOUT_S = 60.0
 """How long one spill invocation may take by default: the spill function's timeout
@@ -128,6 +141,11 @@ class Outcome:
     @property
     def spilled(self) -> bool:
         return self.served_by == "lambda"
+
+    @property
+    def declined(self) -> bool:
+        """Declined by the miss budget instead of spilled (a miss, not a failure to serve)."""
+        return self.error == DECLINED
 
 
 class _Group:
@@ -191,8 +209,11 @@ class Dispatcher:
         telemetry: Telemetry | None = None,
         give_up_after_s: float | None = None,
         spill_timeout_s: float = SPILL_TIMEOUT_S,
+        budget: MissBudget | None = None,
     ) -> None:
-        """``give_up_after_s`` defaults to ``outcome_bound_s`` + one grace (module docstring)."""
+        """``give_up_after_s`` defaults to ``outcome_bound_s`` + one grace (module docstring);
+        ``budget``: the SLO's miss budget, asked before each spill for want of capacity
+        (None: never decline)."""
         self.model = model
         self.rt_max_s = rt_max_s
         self.dtype = dtype
@@ -202,6 +223,7 @@ class Dispatcher:
         self.telemetry = telemetry
         self.grace_s = max(rt_max_s, GRACE_FLOOR_S)
         self.spill_timeout_s = spill_timeout_s
+        self.budget = budget
         self.give_up_after_s = (
             self.outcome_bound_s + self.grace_s if give_up_after_s is None else give_up_after_s
         )
@@ -295,6 +317,8 @@ class Dispatcher:
         reqs = [_Request(rows[i], now, now + self.rt_max_s, group, i) for i in range(n)]
         if self.telemetry is not None and not spill_now:
             self.telemetry.arrival(now, n)
+        if self.budget is not None and not spill_now:
+            self.budget.arrive(now, n)
         if not self._open:
             for r in reqs:
                 self._finish(r, None, SHUTTING_DOWN, "none")
@@ -327,8 +351,17 @@ class Dispatcher:
         group.pending -= 1
         if group.pending == 0 and not group.done.done():
             group.done.set_result(None)
+        declined = outcome.declined
+        if (
+            self.budget is not None
+            and not declined  # counted when declined
+            and (not outcome.ok or outcome.latency_s > self.rt_max_s)
+        ):
+            self.budget.miss(now)
         if self.telemetry is not None:
-            self.telemetry.outcome(now, outcome.latency_s, ok=outcome.ok, spilled=outcome.spilled)
+            self.telemetry.outcome(
+                now, outcome.latency_s, ok=outcome.ok, spilled=outcome.spilled, declined=declined
+            )
 
     # -- batching --------------------------------------------------------
 
@@ -512,6 +545,13 @@ class Dispatcher:
             r.spilled = True
         if not todo:
             return
+        if self.budget is not None and cause in DECLINABLE_CAUSES and self._may_spill:
+            n = self.budget.decline(self.clock(), len(todo))
+            for r in todo[:n]:
+                self._finish(r, None, DECLINED, "none")
+            todo = todo[n:]
+            if not todo:
+                return
         if not self._may_spill:
             for r in todo:
                 self._finish(r, None, SHUTTING_DOWN, "none")

@@ -31,7 +31,8 @@ the answer is 200. Otherwise, or when every row failed (then the cause is the
 input, the model or an outage, and the client's own retry is the right loop, not
 a doubled load on a failing spill function), the answer is 503 with
 ``Retry-After`` naming the rows that failed. Not retried: rows nobody ran (no
-capacity, the give-up backstop, shutting down) and anything while draining. A
+capacity, declined by the SLO's miss budget, the give-up backstop, shutting down) and
+anything while draining. A
 retry is one more spill invocation, so an answer comes within the dispatcher's
 ``outcome_bound_s`` plus its spill timeout.
 """

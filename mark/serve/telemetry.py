@@ -20,7 +20,7 @@ import numpy as np
 from mark.state.records import ArrivalWindow, LatencyRollup
 from provisioner.spill_evidence import SpillCounts
 
-OUTCOMES = ("served", "spilled", "error")
+OUTCOMES = ("served", "spilled", "error", "declined")
 SPILL_CAUSES = ("rejected", "no-backend", "failure", "drain", "retry", "closing")
 """Why requests went to Lambda: the Bouncer rejected them, no instance could take them,
 their instance failed or hung, it left the backends, the endpoint's retry of failed
@@ -78,9 +78,15 @@ class Telemetry:
         if self._next is None:
             self._next = w
 
-    def outcome(self, now: float, latency_s: float, *, ok: bool, spilled: bool) -> None:
-        """One request finished (or failed) ``latency_s`` after it arrived."""
-        kind = "error" if not ok else ("spilled" if spilled else "served")
+    def outcome(
+        self, now: float, latency_s: float, *, ok: bool, spilled: bool, declined: bool = False
+    ) -> None:
+        """One request finished (or failed) ``latency_s`` after it arrived. A ``declined``
+        one (``bouncer.miss_budget``) is a miss and an error to the rollups, but not the SLO
+        monitor's input: the budget chose it, it is no sign of too few instances."""
+        kind = (
+            "declined" if declined else "error" if not ok else ("spilled" if spilled else "served")
+        )
         self.counts[kind] += 1
         self.latency_sum_s += latency_s
         minute = self._minutes.setdefault(math.floor(now / 60.0) * 60.0, _Minute())
@@ -97,7 +103,8 @@ class Telemetry:
         for i, edge in enumerate(LATENCY_BUCKETS_S):
             if latency_s <= edge:
                 self.latency_buckets[i] += 1
-        self._fresh.append(latency_s if ok else math.inf)
+        if not declined:
+            self._fresh.append(latency_s if ok else math.inf)
         if spilled:
             s = self._spills
             self._spills = SpillCounts(s.total + 1, s.within + within, s.cost)

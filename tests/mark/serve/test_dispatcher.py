@@ -18,10 +18,11 @@ from aiohttp.test_utils import TestServer
 
 from bouncer.agent import Agent
 from bouncer.latency import BatchLatency
+from bouncer.miss_budget import MissBudget
 from bouncer.runner import ModelRunner
 from mark.demo import save_torchscript
 from mark.ports import SpillResult
-from mark.serve.dispatcher import Backend, Dispatcher
+from mark.serve.dispatcher import DECLINED, Backend, Dispatcher
 from mark.serve.telemetry import Telemetry
 
 
@@ -277,3 +278,109 @@ async def test_batches_reuse_the_connection_to_an_agent(model_path: Path) -> Non
         finally:
             await d.close()
             await server.close()
+
+
+class _ManualClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _budgeted(
+    session: aiohttp.ClientSession, serverless: Any, budget: MissBudget, clock: Any = time.time
+) -> Dispatcher:
+    d = Dispatcher(
+        "tiny",
+        1.0,
+        "float32",
+        clock,
+        session,
+        serverless,
+        Telemetry("tiny", rt_max_ms=1000, sample_window_s=5),
+        budget=budget,
+    )
+    d.start()
+    return d
+
+
+async def test_the_miss_budget_declines_what_would_spill_while_it_lasts(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    # No instance: all 100 requests would spill. SL_min 90 %, share 0.5: 5 of 100 may
+    # be declined, each at once with the explicit error; the other 95 go to Lambda.
+    lam = InProcessServerless(ModelRunner(str(model_path)))
+    d = _budgeted(session, lam, MissBudget(sl_min=0.9, share=0.5))
+    try:
+        outs = await d.submit(_rows(100))
+        declined = [o for o in outs if o.declined]
+        assert len(outs) == 100 and len(declined) == 5
+        assert all(o.error == DECLINED and o.served_by == "none" for o in declined)
+        assert sum(o.ok and o.served_by == "lambda" for o in outs) == 95 == sum(lam.calls)
+        tel = d.telemetry
+        assert tel is not None and tel.counts["declined"] == 5
+        assert len(tel.take_latencies()) == 95  # the SLO monitor does not see declines
+    finally:
+        await d.close()
+
+
+async def test_a_share_of_zero_declines_nothing(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    lam = InProcessServerless(ModelRunner(str(model_path)))
+    d = _budgeted(session, lam, MissBudget(sl_min=0.9, share=0.0))
+    try:
+        outs = await d.submit(_rows(50))
+        assert all(o.ok and o.served_by == "lambda" for o in outs) and sum(lam.calls) == 50
+    finally:
+        await d.close()
+
+
+async def test_late_spills_spend_the_budget_before_anything_more_is_declined(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    # Lambda answers 2 s after each invocation, past RT_max (1 s): every spill is a miss.
+    # SL_min 90 %, share 1: the first 10 arrivals allow 1 decline and 9 late spills
+    # follow; the next 10 (20 in all, 2 allowed, 10 missed) get no decline.
+    clock = _ManualClock()
+
+    class LateServerless(InProcessServerless):
+        async def invoke(
+            self, model: str, batch: Sequence[Any], dtype: str = "float32"
+        ) -> SpillResult:
+            clock.t += 2.0
+            return await super().invoke(model, batch, dtype)
+
+    budget = MissBudget(sl_min=0.9, share=1.0)
+    d = _budgeted(session, LateServerless(ModelRunner(str(model_path))), budget, clock)
+    try:
+        first = await d.submit(_rows(10))
+        assert sum(o.declined for o in first) == 1
+        assert all(o.ok and o.latency_s > 1.0 for o in first if not o.declined)
+        second = await d.submit(_rows(10, seed=1))
+        assert not any(o.declined for o in second)
+        assert budget.missed == 20 and budget.declined_total == 1
+    finally:
+        await d.close()
+
+
+async def test_what_a_real_bouncer_rejects_is_declined_within_the_budget(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    # The agent's profile says a batch takes 5 s, past RT_max: its Bouncer rejects every
+    # request. With SL_min 80 % and share 0.5, 2 of 20 are declined and 18 spill.
+    agent, server = await _agent(model_path, 5.0)
+    lam = InProcessServerless(ModelRunner(str(model_path)))
+    d = _budgeted(session, lam, MissBudget(sl_min=0.8, share=0.5))
+    d.set_backends(
+        [Backend("i-1", "c5.large", str(server.make_url("")).rstrip("/"), agent.latency)]
+    )
+    try:
+        outs = await d.submit(_rows(20))
+        assert sum(o.declined for o in outs) == 2
+        assert sum(o.ok and o.served_by == "lambda" for o in outs) == 18 == sum(lam.calls)
+        assert d.telemetry is not None and d.telemetry.spills["rejected"] == 18
+    finally:
+        await d.close()
+        await server.close()

@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from bouncer.miss_budget import MissBudget
 from bouncer.routing import SPILL_CHUNK
 from mark.config import load_settings
 from mark.errors import SpillError
 from mark.ports import SpillResult
 from mark.serve.auth import KeyCache, issue
-from mark.serve.dispatcher import Dispatcher
+from mark.serve.dispatcher import DECLINED, Dispatcher
 from mark.serve.endpoint import STATE, Served, build_app
 from mark.serve.telemetry import Telemetry
 
@@ -58,13 +59,15 @@ class Api:
         self.client, self.telemetry = client, telemetry
 
 
-def _api(lam: Flaky) -> Any:
+def _api(lam: Flaky, budget: MissBudget | None = None) -> Any:
     async def make() -> AsyncIterator[Api]:
         settings = load_settings()
         spec = settings.models[0]
         async with aiohttp.ClientSession() as session:
             tel = Telemetry(spec.name, spec.slo.rt_max_ms)
-            disp = Dispatcher(spec.name, 1.0, "float32", time.time, session, lam, tel)
+            disp = Dispatcher(
+                spec.name, 1.0, "float32", time.time, session, lam, tel, budget=budget
+            )
             disp.start()
             key, token = issue("tests", ["inference"], time.time())
             app = build_app(settings, {spec.name: Served(spec, disp, tel)}, KeyCache.fixed([key]))
@@ -159,3 +162,19 @@ async def test_no_retry_while_the_endpoint_drains() -> None:
         assert status == 503 and retry_after is not None
         assert body["error"].startswith("1 of 2 instances failed, rows 1:")
         assert lam.calls == {40.0: 1, 41.0: 1}
+
+
+@pytest.mark.parametrize("protocol", ["v1", "v2"])
+async def test_a_declined_row_is_a_503_and_is_not_spilled_on_retry(protocol: str) -> None:
+    # SL_min 50 %, share 0.5: one row of the four may be declined (no instance: all
+    # would spill). It is the first spilled; the endpoint does not retry it on Lambda.
+    lam = Flaky()
+    async for api in _api(lam, MissBudget(sl_min=0.5, share=0.5)):
+        status, body, retry_after = await (_v1 if protocol == "v1" else _v2)(
+            api, [50.0, 51.0, 52.0, 53.0]
+        )
+        assert status == 503 and retry_after is not None and int(retry_after) >= 1
+        assert body["error"].startswith("1 of 4 instances failed, rows 0: ")
+        assert body["error"].endswith(DECLINED)
+        assert lam.calls == {51.0: 1, 52.0: 1, 53.0: 1}
+        assert api.telemetry.counts["declined"] == 1
