@@ -68,16 +68,21 @@ async def _agent(model_path: Path, t: float, slowdown: float = 1.0) -> tuple[Age
 
 
 def _dispatcher(
-    session: aiohttp.ClientSession, serverless: Any, rt_max_s: float = 1.0
+    session: aiohttp.ClientSession,
+    serverless: Any,
+    rt_max_s: float = 1.0,
+    budget: MissBudget | None = None,
+    clock: Any = time.time,
 ) -> Dispatcher:
     d = Dispatcher(
         "tiny",
         rt_max_s,
         "float32",
-        time.time,
+        clock,
         session,
         serverless,
         Telemetry("tiny", rt_max_ms=rt_max_s * 1000, sample_window_s=5),
+        budget=budget,
     )
     d.start()
     return d
@@ -288,30 +293,13 @@ class _ManualClock:
         return self.t
 
 
-def _budgeted(
-    session: aiohttp.ClientSession, serverless: Any, budget: MissBudget, clock: Any = time.time
-) -> Dispatcher:
-    d = Dispatcher(
-        "tiny",
-        1.0,
-        "float32",
-        clock,
-        session,
-        serverless,
-        Telemetry("tiny", rt_max_ms=1000, sample_window_s=5),
-        budget=budget,
-    )
-    d.start()
-    return d
-
-
 async def test_the_miss_budget_declines_what_would_spill_while_it_lasts(
     model_path: Path, session: aiohttp.ClientSession
 ) -> None:
     # No instance: all 100 requests would spill. SL_min 90 %, share 0.5: 5 of 100 may
     # be declined, each at once with the explicit error; the other 95 go to Lambda.
     lam = InProcessServerless(ModelRunner(str(model_path)))
-    d = _budgeted(session, lam, MissBudget(sl_min=0.9, share=0.5))
+    d = _dispatcher(session, lam, budget=MissBudget(sl_min=0.9, share=0.5))
     try:
         outs = await d.submit(_rows(100))
         declined = [o for o in outs if o.declined]
@@ -329,7 +317,7 @@ async def test_a_share_of_zero_declines_nothing(
     model_path: Path, session: aiohttp.ClientSession
 ) -> None:
     lam = InProcessServerless(ModelRunner(str(model_path)))
-    d = _budgeted(session, lam, MissBudget(sl_min=0.9, share=0.0))
+    d = _dispatcher(session, lam, budget=MissBudget(sl_min=0.9, share=0.0))
     try:
         outs = await d.submit(_rows(50))
         assert all(o.ok and o.served_by == "lambda" for o in outs) and sum(lam.calls) == 50
@@ -353,7 +341,8 @@ async def test_late_spills_spend_the_budget_before_anything_more_is_declined(
             return await super().invoke(model, batch, dtype)
 
     budget = MissBudget(sl_min=0.9, share=1.0)
-    d = _budgeted(session, LateServerless(ModelRunner(str(model_path))), budget, clock)
+    lam = LateServerless(ModelRunner(str(model_path)))
+    d = _dispatcher(session, lam, budget=budget, clock=clock)
     try:
         first = await d.submit(_rows(10))
         assert sum(o.declined for o in first) == 1
@@ -372,7 +361,7 @@ async def test_what_a_real_bouncer_rejects_is_declined_within_the_budget(
     # request. With SL_min 80 % and share 0.5, 2 of 20 are declined and 18 spill.
     agent, server = await _agent(model_path, 5.0)
     lam = InProcessServerless(ModelRunner(str(model_path)))
-    d = _budgeted(session, lam, MissBudget(sl_min=0.8, share=0.5))
+    d = _dispatcher(session, lam, budget=MissBudget(sl_min=0.8, share=0.5))
     d.set_backends(
         [Backend("i-1", "c5.large", str(server.make_url("")).rstrip("/"), agent.latency)]
     )
