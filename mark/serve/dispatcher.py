@@ -99,7 +99,8 @@ DECLINED = (
 
 DECLINABLE_CAUSES = frozenset({"rejected", "no-backend"})
 """The spills the miss budget may decline: those for want of capacity, as the simulator's
-engine has them. A request whose instance failed or left is owed its spill."""
+engine has them (its requests are one row each, as only one-row requests are declined
+here). A request whose instance failed or left is owed its spill."""
 
 SPILL_TIMEOUT_S = 60.0
 """How long one spill invocation may take by default: the spill function's timeout
@@ -546,10 +547,15 @@ class Dispatcher:
         if not todo:
             return
         if self.budget is not None and cause in DECLINABLE_CAUSES and self._may_spill:
-            n = self.budget.decline(self.clock(), len(todo))
-            for r in todo[:n]:
-                self._finish(r, None, DECLINED, "none")
-            todo = todo[n:]
+            # Only a request of one row: a declined row fails its whole request (a 503),
+            # so declining one row of several would waste what its other rows cost.
+            single = [r for r in todo if len(r.group.outcomes) == 1]
+            n = self.budget.decline(self.clock(), len(single))
+            if n:
+                declined = set(map(id, single[:n]))
+                for r in single[:n]:
+                    self._finish(r, None, DECLINED, "none")
+                todo = [r for r in todo if id(r) not in declined]
             if not todo:
                 return
         if not self._may_spill:

@@ -22,7 +22,7 @@ from bouncer.miss_budget import MissBudget
 from bouncer.runner import ModelRunner
 from mark.demo import save_torchscript
 from mark.ports import SpillResult
-from mark.serve.dispatcher import DECLINED, Backend, Dispatcher
+from mark.serve.dispatcher import DECLINED, Backend, Dispatcher, Outcome
 from mark.serve.telemetry import Telemetry
 
 
@@ -293,6 +293,12 @@ class _ManualClock:
         return self.t
 
 
+async def _one_row_each(d: Dispatcher, rows: np.ndarray[Any, Any]) -> list[Outcome]:
+    """Each row its own request, all at once (a request of several rows is never declined)."""
+    groups = await asyncio.gather(*(d.submit(rows[i : i + 1]) for i in range(rows.shape[0])))
+    return [o for g in groups for o in g]
+
+
 async def test_the_miss_budget_declines_what_would_spill_while_it_lasts(
     model_path: Path, session: aiohttp.ClientSession
 ) -> None:
@@ -301,7 +307,7 @@ async def test_the_miss_budget_declines_what_would_spill_while_it_lasts(
     lam = InProcessServerless(ModelRunner(str(model_path)))
     d = _dispatcher(session, lam, budget=MissBudget(sl_min=0.9, share=0.5))
     try:
-        outs = await d.submit(_rows(100))
+        outs = await _one_row_each(d, _rows(100))
         declined = [o for o in outs if o.declined]
         assert len(outs) == 100 and len(declined) == 5
         assert all(o.error == DECLINED and o.served_by == "none" for o in declined)
@@ -319,8 +325,24 @@ async def test_a_share_of_zero_declines_nothing(
     lam = InProcessServerless(ModelRunner(str(model_path)))
     d = _dispatcher(session, lam, budget=MissBudget(sl_min=0.9, share=0.0))
     try:
-        outs = await d.submit(_rows(50))
+        outs = await _one_row_each(d, _rows(50))
         assert all(o.ok and o.served_by == "lambda" for o in outs) and sum(lam.calls) == 50
+    finally:
+        await d.close()
+
+
+async def test_a_request_of_several_rows_is_never_declined(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    # A declined row fails its whole request: the budget (5 of 100 here) is not spent on
+    # one, and every row of it goes to Lambda.
+    lam = InProcessServerless(ModelRunner(str(model_path)))
+    budget = MissBudget(sl_min=0.9, share=0.5)
+    d = _dispatcher(session, lam, budget=budget)
+    try:
+        outs = await d.submit(_rows(100))
+        assert all(o.ok and o.served_by == "lambda" for o in outs) and sum(lam.calls) == 100
+        assert budget.declined_total == 0
     finally:
         await d.close()
 
@@ -344,10 +366,10 @@ async def test_late_spills_spend_the_budget_before_anything_more_is_declined(
     lam = LateServerless(ModelRunner(str(model_path)))
     d = _dispatcher(session, lam, budget=budget, clock=clock)
     try:
-        first = await d.submit(_rows(10))
+        first = await _one_row_each(d, _rows(10))
         assert sum(o.declined for o in first) == 1
         assert all(o.ok and o.latency_s > 1.0 for o in first if not o.declined)
-        second = await d.submit(_rows(10, seed=1))
+        second = await _one_row_each(d, _rows(10, seed=1))
         assert not any(o.declined for o in second)
         assert budget.missed == 20 and budget.declined_total == 1
     finally:
@@ -366,7 +388,7 @@ async def test_what_a_real_bouncer_rejects_is_declined_within_the_budget(
         [Backend("i-1", "c5.large", str(server.make_url("")).rstrip("/"), agent.latency)]
     )
     try:
-        outs = await d.submit(_rows(20))
+        outs = await _one_row_each(d, _rows(20))
         assert sum(o.declined for o in outs) == 2
         assert sum(o.ok and o.served_by == "lambda" for o in outs) == 18 == sum(lam.calls)
         assert d.telemetry is not None and d.telemetry.spills["rejected"] == 18

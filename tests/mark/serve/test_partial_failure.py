@@ -165,16 +165,18 @@ async def test_no_retry_while_the_endpoint_drains() -> None:
 
 
 @pytest.mark.parametrize("protocol", ["v1", "v2"])
-async def test_a_declined_row_is_a_503_and_is_not_spilled_on_retry(protocol: str) -> None:
-    # SL_min 50 %, share 0.5: one row of the four may be declined (no instance: all
-    # would spill). It is the first spilled; the endpoint does not retry it on Lambda.
+async def test_a_declined_request_is_a_503_and_is_not_spilled_on_retry(protocol: str) -> None:
+    # SL_min 50 %, share 0.5, no instance: everything would spill. A request of four rows
+    # is never declined (one declined row would fail it all); after it, five requests
+    # allow one decline, and the next one-row request gets it, without a Lambda retry.
     lam = Flaky()
+    call = _v1 if protocol == "v1" else _v2
     async for api in _api(lam, MissBudget(sl_min=0.5, share=0.5)):
-        status, body, retry_after = await (_v1 if protocol == "v1" else _v2)(
-            api, [50.0, 51.0, 52.0, 53.0]
-        )
+        status, _, _ = await call(api, [50.0, 51.0, 52.0, 53.0])
+        assert status == 200
+        status, body, retry_after = await call(api, [54.0])
         assert status == 503 and retry_after is not None and int(retry_after) >= 1
-        assert body["error"].startswith("1 of 4 instances failed, rows 0: ")
+        assert body["error"].startswith("1 of 1 instances failed, rows 0: ")
         assert body["error"].endswith(DECLINED)
-        assert lam.calls == {51.0: 1, 52.0: 1, 53.0: 1}
+        assert lam.calls == {50.0: 1, 51.0: 1, 52.0: 1, 53.0: 1}
         assert api.telemetry.counts["declined"] == 1
