@@ -28,6 +28,15 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+DECLINED_MARK = "declined:"
+"""How a declined request's error starts, wherever it is reported (a client can match it)."""
+
+DECLINED_ERROR = (
+    f"{DECLINED_MARK} no instance could answer within RT_max, and the SLO's miss budget "
+    "(slo.decline_share) covers this request; retry"
+)
+"""The explicit error a declined request is answered with."""
+
 BUCKET_S = 10.0
 """The counts are kept in buckets of this many seconds; the window drops whole buckets."""
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bouncer.miss_budget import DECLINED_MARK
+
 
 @dataclass(frozen=True, slots=True)
 class RequestResult:
@@ -24,6 +26,11 @@ class RequestResult:
     def ok(self) -> bool:
         return self.status == 200 and self.error is None
 
+    @property
+    def declined(self) -> bool:
+        """Declined by the SLO's miss budget (``bouncer.miss_budget``): an error by design."""
+        return not self.ok and self.error is not None and DECLINED_MARK in self.error
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -39,6 +46,8 @@ class Summary:
     served_by: Mapping[str, int]
     max_send_lag_ms: float  # how far behind schedule the generator fell
     error_kinds: Mapping[str, int] = field(default_factory=dict)  # HTTP status or exception
+    declined: int = 0
+    """Of the errors, those the SLO's miss budget declined (a 503 by design, not a fault)."""
 
     def lines(self) -> list[str]:
         within = (
@@ -48,7 +57,9 @@ class Summary:
         )
         spilled = "unknown" if self.spilled is None else str(self.spilled)
         out = [
-            f"sent {self.sent}, ok {self.ok}, errors {self.errors}, spilled to Lambda {spilled}",
+            f"sent {self.sent}, ok {self.ok}, errors {self.errors}"
+            + (f" ({self.declined} declined by the SLO's miss budget)" if self.declined else "")
+            + f", spilled to Lambda {spilled}",
             f"latency p50 {self.p50_ms:.1f} ms, p95 {self.p95_ms:.1f} ms, "
             f"p99 {self.p99_ms:.1f} ms; {within}",
             f"sender fell behind schedule by at most {self.max_send_lag_ms:.1f} ms",
@@ -95,4 +106,5 @@ def summarize(
         served_by=dict(served),
         max_send_lag_ms=max(0.0, lag) * 1000.0,
         error_kinds=dict(kinds),
+        declined=sum(o.declined for o in outcomes),
     )

@@ -60,7 +60,7 @@ import numpy as np
 
 from bouncer.agent_token import token_headers
 from bouncer.latency import BatchLatency
-from bouncer.miss_budget import MissBudget
+from bouncer.miss_budget import DECLINED_ERROR, MissBudget
 from bouncer.routing import (
     SPILL_CHUNK,
     allowance_after,
@@ -91,10 +91,7 @@ second, a GC pause or a busy machine's scheduling would spill batches merely lat
 SHUTTING_DOWN = "mark is shutting down"
 """The error of every request the dispatcher still holds when it closes, or gets after."""
 
-DECLINED = (
-    "declined: no instance could answer within RT_max, and the SLO's miss budget "
-    "(slo.decline_share) covers this request; retry"
-)
+DECLINED = DECLINED_ERROR
 """The error of a request declined instead of spilled (``bouncer.miss_budget``)."""
 
 DECLINABLE_CAUSES = frozenset({"rejected", "no-backend"})

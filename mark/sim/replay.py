@@ -18,8 +18,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from bouncer.latency import BatchLatency
+from bouncer.miss_budget import MissBudget
 from mark.catalog import LambdaPrices
-from mark.sim.engine import INSTANCE, LAMBDA, Engine, Server
+from mark.sim.engine import DECLINED, INSTANCE, LAMBDA, Engine, Server
 from mark.sim.serverless import SimLambda
 
 
@@ -42,6 +43,8 @@ class Shares:
     on_instances: float
     spilled: float
     failed: float
+    declined: float
+    """Declined by the SLO's miss budget (``bouncer.miss_budget``); not in ``failed``."""
     within_rt_max: float
     p50_s: float
     p99_s: float
@@ -49,7 +52,7 @@ class Shares:
     @classmethod
     def of(cls, latency_s: Sequence[float], where: Sequence[str], rt_max_s: float) -> Shares:
         """From each request's latency (inf when it failed) and where it was served:
-        "instance", "lambda" or "failed"."""
+        "instance", "lambda", "declined" or "failed"."""
         n = len(latency_s)
         if n == 0 or n != len(where):
             raise ValueError("need one latency and one place per request, and at least one")
@@ -60,6 +63,7 @@ class Shares:
             on_instances=sum(w == "instance" for w in where) / n,
             spilled=sum(w == "lambda" for w in where) / n,
             failed=sum(w == "failed" for w in where) / n,
+            declined=sum(w == "declined" for w in where) / n,
             within_rt_max=float(np.count_nonzero(lat <= rt_max_s)) / n,
             p50_s=float(np.percentile(ok, 50)) if ok.size else math.inf,
             p99_s=float(np.percentile(ok, 99)) if ok.size else math.inf,
@@ -76,9 +80,11 @@ def replay(
     lambda_prices: LambdaPrices,
     lambda_memory_mb: int = 2048,
     lambda_queue_timeout_s: float = 0.0,
+    budget: MissBudget | None = None,
 ) -> Shares:
     """Serve ``arrivals_s`` (sorted, seconds) on ``servers`` with the engine; Lambda
-    environments are warm (as the local world warms its runtimes at start)."""
+    environments are warm (as the local world warms its runtimes at start). ``budget``:
+    the daemon's miss budget for the model (None: it never declines)."""
     arr = np.asarray(arrivals_s, dtype=np.float64)
     if arr.size and np.any(np.diff(arr) < 0):
         raise ValueError("arrivals must be sorted")
@@ -89,7 +95,7 @@ def replay(
         concurrency=lambda_concurrency,
         queue_timeout_s=lambda_queue_timeout_s,
     )
-    engine = Engine(arr, rt_max_s, lam, lambda n: lambda_latency_s * n)
+    engine = Engine(arr, rt_max_s, lam, lambda n: lambda_latency_s * n, budget=budget)
     engine.set_servers(
         Server(
             s.instance_id, s.instance_type, "on-demand", "plan", s.latency, s.n_batch, s.w_batch_s
@@ -97,6 +103,6 @@ def replay(
         for s in servers
     )
     engine.serve_until(float(arr[-1]) + 1.0 if arr.size else 0.0)
-    names = {INSTANCE: "instance", LAMBDA: "lambda"}
+    names = {INSTANCE: "instance", LAMBDA: "lambda", DECLINED: "declined"}
     where = [names.get(int(w), "failed") for w in engine.where]
     return Shares.of(engine.lat.tolist(), where, rt_max_s)

@@ -82,7 +82,9 @@ async def test_a_killed_agent_is_drained_and_replaced_and_no_request_is_lost(
         result = await load
         summary = result.summary
         assert summary is not None
-        assert summary.sent > 500 and summary.errors == 0 and summary.ok == summary.sent
+        # Every request answered: a result, or declined by the SLO's miss budget.
+        assert summary.sent > 500 and summary.errors == summary.declined
+        assert summary.ok + summary.declined == summary.sent
         rows = [d for d in await run.store.decisions(0, 1e12) if d.action == "replace-unhealthy"]
         assert [d.instance_id for d in rows] == [victim], rows
         states = [e.state for e in await run.store.instance_events(victim)]

@@ -21,6 +21,8 @@ Tolerances, and why:
   requests; the event loop, the agent's HTTP hop and the 2-core machine's
   scheduling shift dispatch by milliseconds, which near the Bouncer's edge
   flips some tens of batches over the overload phase.
+- share declined (the daemon's miss budget, the same ``MissBudget`` in both worlds,
+  asked at the same spills): ±5 points, as spilled.
 - share within RT_max: ±5 points. The simulator finishes every admitted
   batch exactly when the Bouncer predicted; a real batch also pays the hop
   back to the frontend, which the dispatcher's transport allowance covers
@@ -45,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bouncer.miss_budget import DECLINED_MARK, MissBudget
 from mark.catalog import Market, load_catalog
 from mark.cloud.local.lambda_ import LocalLambda
 from mark.config import Settings, load_settings
@@ -119,7 +122,10 @@ def _real(outcomes: list[dict[str, object]]) -> Shares:
     for o in outcomes:
         ok = o["status"] == 200
         lat.append(float(o["latency_s"]) if ok else math.inf)  # type: ignore[arg-type]
-        where.append(("lambda" if o["served_by"] == "lambda" else "instance") if ok else "failed")
+        if ok:
+            where.append("lambda" if o["served_by"] == "lambda" else "instance")
+        else:
+            where.append("declined" if DECLINED_MARK in str(o["error"]) else "failed")
     return Shares.of(lat, where, RT_MAX_MS / 1000.0)
 
 
@@ -133,7 +139,9 @@ async def test_the_simulator_serves_a_seeded_ramp_as_the_local_world_does(
 ) -> None:
     ensure_demo_model(tmp_path)
     monkeypatch.setenv("MARK_DATA_DIR", str(tmp_path))
-    run = await start(_settings(tmp_path))
+    settings = _settings(tmp_path)
+    slo = settings.models[0].slo
+    run = await start(settings)
     out = tmp_path / "outcomes.json"
     try:
         server = await _one_instance(run)
@@ -159,12 +167,14 @@ async def test_the_simulator_serves_a_seeded_ramp_as_the_local_world_does(
         lambda_concurrency=LAMBDA_CONCURRENCY,
         lambda_prices=load_catalog().lambda_prices,
         lambda_queue_timeout_s=queue_timeout_s,
+        budget=MissBudget(slo.sl_min, slo.decline_share),  # the daemon's, for this model
     )
     rows = [
         ("requests", f"{real.requests}", f"{sim.requests}"),
         ("on instances", f"{real.on_instances:.1%}", f"{sim.on_instances:.1%}"),
         ("spilled", f"{real.spilled:.1%}", f"{sim.spilled:.1%}"),
         ("failed", f"{real.failed:.1%}", f"{sim.failed:.1%}"),
+        ("declined", f"{real.declined:.1%}", f"{sim.declined:.1%}"),
         ("within RT_max", f"{real.within_rt_max:.1%}", f"{sim.within_rt_max:.1%}"),
         ("p50", f"{real.p50_s * 1e3:.0f} ms", f"{sim.p50_s * 1e3:.0f} ms"),
         ("p99", f"{real.p99_s * 1e3:.0f} ms", f"{sim.p99_s * 1e3:.0f} ms"),
@@ -178,6 +188,7 @@ async def test_the_simulator_serves_a_seeded_ramp_as_the_local_world_does(
     assert real.failed == 0.0, f"requests failed in the local world\n{table}"
     assert abs(real.on_instances - sim.on_instances) <= SHARE_TOL, table
     assert abs(real.spilled - sim.spilled) <= SHARE_TOL, table
+    assert abs(real.declined - sim.declined) <= SHARE_TOL, table
     assert abs(real.within_rt_max - sim.within_rt_max) <= SHARE_TOL, table
     assert _close(real.p50_s, sim.p50_s), table
     assert _close(real.p99_s, sim.p99_s), table

@@ -67,6 +67,7 @@ import numpy as np
 from aiobotocore.awsrequest import AioAWSResponse
 from aiobotocore.session import get_session
 
+from bouncer.miss_budget import DECLINED_MARK
 from mark.catalog import Market
 from mark.cloud.aws.instances import TAG_CLUSTER
 from mark.cloud.aws.interruptions import INTERRUPTION_WARNING, WARNING_LEAD_S
@@ -288,6 +289,11 @@ class Tally:
         assert self.unexplained == 0, f"{self.unexplained} errors without a reason\n{detail}"
         assert self.wrong == 0, f"{self.wrong} answered with another input's output\n{detail}"
         assert self.on_ec2 + self.on_lambda + self.errors + self.cut == self.sent, detail
+
+    @property
+    def declined(self) -> int:
+        """Errors that were the SLO's miss budget declining a request (``bouncer.miss_budget``)."""
+        return sum(n for r, n in self.reasons.items() if DECLINED_MARK in r)
 
     def actions(self, action: str) -> list[Decision]:
         return [d for d in self.decisions if d.action == action]

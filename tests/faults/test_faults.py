@@ -84,7 +84,8 @@ async def test_lambda_throttled_for_30_s(data_dir: Path) -> None:
         fault=throttle_lambda(30),
     )
     throttled = sum(n for r, n in t.reasons.items() if "TooManyRequestsException" in r)
-    assert throttled > 0 and throttled == t.errors, t.reasons  # explicit, and only those
+    # Explicit, and only those (besides what the miss budget declined by design).
+    assert throttled > 0 and throttled + t.declined == t.errors, t.reasons
     assert t.on_ec2 > 0 and t.on_lambda > 0  # Lambda served before and after
 
 
