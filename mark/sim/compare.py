@@ -13,6 +13,7 @@ markets, and standbys where they keep them) and shared among them.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -48,8 +49,9 @@ def train_forecaster(
     from predictor.registry import create, load
 
     history = history_of(workload, warmup_s)
+    params = json.dumps(create(spec).params(), sort_keys=True)  # a changed model retrains
     key = hashlib.sha256(
-        spec.encode() + history.values.tobytes() + str(history.start).encode()
+        spec.encode() + params.encode() + history.values.tobytes() + str(history.start).encode()
     ).hexdigest()[:16]
     path = cache_dir / f"{spec}-{key}.npz" if cache_dir is not None else None
     if path is not None and path.exists():

@@ -14,7 +14,7 @@ import pytest
 from bouncer.runner import ModelRunner
 from bouncer.wire import SERVED_BY_HEADER
 from mark.catalog import Market
-from mark.config import load_settings
+from mark.config import Settings, load_settings
 from mark.daemon import Running, start, stop
 from mark.demo import load_digits_tensors
 from mark.ports import InstanceState, LaunchRequest
@@ -43,6 +43,16 @@ async def admin_key(run: Running) -> str:
     return token
 
 
+def _spill_everything(settings: Settings) -> Settings:
+    """No declines (``slo.decline_share`` 0): every request over capacity goes to Lambda, so
+    a test can count spills. Declining is tested where the budget is (test_dispatcher)."""
+    models = tuple(
+        m.model_copy(update={"slo": m.slo.model_copy(update={"decline_share": 0.0})})
+        for m in settings.models
+    )
+    return settings.model_copy(update={"models": models})
+
+
 @pytest.mark.slow
 async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: Path) -> None:
     settings = load_settings(
@@ -59,7 +69,7 @@ async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: 
             },
         }
     )
-    run = await start(settings)
+    run = await start(_spill_everything(settings))
     try:
         fleet = run.world.fleet
         assert fleet is not None
@@ -132,6 +142,7 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
             "timings": {"cooldown_s": 600},
         }
     )
+    settings = _spill_everything(settings)  # the gap until the standby serves spills
     run = await start(settings)
     try:
         fleet = run.world.fleet

@@ -67,6 +67,12 @@ async def _agent(model_path: Path, t: float, slowdown: float = 1.0) -> tuple[Age
     return agent, server
 
 
+def _backend(server: TestServer, agent: Agent, **batching: Any) -> Backend:
+    """The one c5.large ``i-1`` that ``agent`` serves behind ``server``."""
+    url = str(server.make_url("")).rstrip("/")
+    return Backend("i-1", "c5.large", url, agent.latency, **batching)
+
+
 def _dispatcher(
     session: aiohttp.ClientSession,
     serverless: Any,
@@ -98,18 +104,7 @@ async def test_concurrent_requests_share_a_batch_up_to_n_batch(
     agent, server = await _agent(model_path, 0.01)
     runner = ModelRunner(str(model_path))
     d = _dispatcher(session, InProcessServerless(runner))
-    d.set_backends(
-        [
-            Backend(
-                "i-1",
-                "c5.large",
-                str(server.make_url("")).rstrip("/"),
-                agent.latency,
-                n_batch=4,
-                w_batch_s=0.2,
-            )
-        ]
-    )
+    d.set_backends([_backend(server, agent, n_batch=4, w_batch_s=0.2)])
     try:
         x = _rows(4)
         outs = await asyncio.gather(*(d.submit(x[i : i + 1]) for i in range(4)))
@@ -127,18 +122,7 @@ async def test_a_lone_request_waits_at_most_w_batch(
 ) -> None:
     agent, server = await _agent(model_path, 0.001)
     d = _dispatcher(session, None)
-    d.set_backends(
-        [
-            Backend(
-                "i-1",
-                "c5.large",
-                str(server.make_url("")).rstrip("/"),
-                agent.latency,
-                n_batch=8,
-                w_batch_s=0.15,
-            )
-        ]
-    )
+    d.set_backends([_backend(server, agent, n_batch=8, w_batch_s=0.15)])
     try:
         t0 = time.perf_counter()
         (o,) = await d.submit(_rows(1))
@@ -174,18 +158,7 @@ async def test_overload_spills_what_the_bouncer_rejects_and_loses_nothing(
     runner = ModelRunner(str(model_path))
     lam = InProcessServerless(runner)
     d = _dispatcher(session, lam, rt_max_s=0.3)
-    d.set_backends(
-        [
-            Backend(
-                "i-1",
-                "c5.large",
-                str(server.make_url("")).rstrip("/"),
-                agent.latency,
-                n_batch=2,
-                w_batch_s=0.0,
-            )
-        ]
-    )
+    d.set_backends([_backend(server, agent, n_batch=2, w_batch_s=0.0)])
     try:
         x = _rows(12, seed=3)
         outs = await asyncio.gather(*(d.submit(x[i : i + 1]) for i in range(12)))
@@ -384,9 +357,7 @@ async def test_what_a_real_bouncer_rejects_is_declined_within_the_budget(
     agent, server = await _agent(model_path, 5.0)
     lam = InProcessServerless(ModelRunner(str(model_path)))
     d = _dispatcher(session, lam, budget=MissBudget(sl_min=0.8, share=0.5))
-    d.set_backends(
-        [Backend("i-1", "c5.large", str(server.make_url("")).rstrip("/"), agent.latency)]
-    )
+    d.set_backends([_backend(server, agent)])
     try:
         outs = await _one_row_each(d, _rows(20))
         assert sum(o.declined for o in outs) == 2
