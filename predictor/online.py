@@ -76,14 +76,18 @@ class OnlinePredictor:
             self.cold_start.fit(history)
         return self.cold_start.forecast(history, steps)
 
+    def due(self, observed: int, now: int) -> bool:
+        """Whether a refit would start now, with `observed` minutes of history seen: so a
+        caller can read a longer history for it only when it will be used."""
+        return not self.refitting and self.policy.due(self.last_fit, now, observed)
+
     def maybe_refit(
         self, history: History, now: int, executor: Executor | None = None
     ) -> asyncio.Task[None] | None:
         """Start a refit in `executor` if one is due and none is running; never blocks."""
         # Observed minutes, not the grid's length: a history padded with minutes nobody
         # saw (before the daemon first ran) is not a day of data to learn from.
-        observed = int(history.observed.size)
-        if self.refitting or not self.policy.due(self.last_fit, now, observed):
+        if not self.due(int(history.observed.size), now):
             return None
         self._task = asyncio.get_running_loop().create_task(self._refit(history, now, executor))
         return self._task

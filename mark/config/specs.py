@@ -246,6 +246,12 @@ class PredictorSpec(_Strict):
         default=None, description="a model saved by `mark predictor train`, used from the start"
     )
     history_minutes: int = Field(default=1500, ge=60, description="history handed to the model")
+    fit_history_minutes: int = Field(
+        default=14 * 1440,
+        ge=60,
+        description="history a refit learns from (at least history_minutes): days, as the "
+        "simulator's forecaster learns from every day before its window",
+    )
     refit_every_minutes: int = Field(default=1440, ge=60, description="refit schedule (nightly)")
     refit_at_minute_of_day: int | None = Field(default=180, ge=0, lt=1440)
     min_history_minutes: int = Field(

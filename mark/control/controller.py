@@ -151,6 +151,7 @@ class Controller:
                 t.update_period_s,
                 dict(predictors or {}),
                 forecast if forecast is not None else cold_start_forecaster(),
+                settings.predictor.fit_history_minutes,
             ),
             Recorder(store, self.catalog),
             Reconciler(fleet, t.update_period_s, unavailable_ttl_s),

@@ -49,6 +49,9 @@ class LoadHistory:
     step_s: float
     predictors: Mapping[str, OnlinePredictor] = field(default_factory=dict)
     fallback: Forecaster = field(default_factory=cold_start_forecaster)
+    fit_minutes: int = 0
+    """History a refit learns from, read from the store only when one starts (0: the
+    forecast's ``history_minutes``)."""
     _series: dict[str, dict[float, ArrivalWindow]] = field(default_factory=dict)
     _fetched: dict[str, float] = field(default_factory=dict)
 
@@ -103,8 +106,21 @@ class LoadHistory:
                 self.fallback.fit(history)
             raw = self.fallback.forecast(history, per_minute_count)
         else:
-            online.maybe_refit(history, int(now // 60))
+            if online.due(int(observed.size), int(now // 60)):
+                online.maybe_refit(await self._fit_history(model, now, history), int(now // 60))
             raw = online.forecast(history, per_minute_count)
         per_minute = [float(x) for x in raw]
         last = len(per_minute) - 1
         return [per_minute[min(int(k * self.step_s // 60.0), last)] for k in range(steps)], peak
+
+    async def _fit_history(self, model: str, now: float, history: History) -> History:
+        """The last ``fit_minutes`` minutes for a refit, from the first observed one (a
+        daemon younger than that has nothing earlier to learn from); read once per refit
+        and not kept."""
+        if self.fit_minutes <= self.history_minutes:
+            return history
+        start = now - self.fit_minutes * 60.0
+        windows = await self.store.arrivals(model, start, now)
+        values = np.asarray(max_rate_per_minute(windows, start, self.fit_minutes), np.float64)
+        first = int(np.argmax(np.isfinite(values))) if np.isfinite(values).any() else 0
+        return History(values[first:], np.datetime64(int(start // 60) + first, "m"))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 
 from bouncer.latency import BatchLatency
@@ -16,6 +17,7 @@ from mark.control import Controller, build_options, max_rate_per_minute
 from mark.ports import InstanceState
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
+from predictor.base import FloatArray, Forecaster, History
 from provisioner.capacity_target import best_capacity
 from provisioner.greedy import PlannerOption
 from provisioner.pooling import capacity_in_pool
@@ -203,6 +205,73 @@ async def test_the_configured_predictor_forecasts_from_the_stores_history(tmp_pa
         forecast = await ctl.forecast_for("digits", clock.now(), 60)
         # same minutes yesterday: 2 r/s, then the 10 r/s burst at minutes 10..19
         assert forecast[5] == pytest.approx(2.0) and forecast[12] == pytest.approx(10.0)
+    finally:
+        await store.close()
+
+
+class _SeesWhatItFits(Forecaster):
+    """Forecasts the last value; remembers the history it was fitted on."""
+
+    fitted_on: ClassVar[list[History]] = []
+
+    def _fit(self, history: History) -> None:
+        self.fitted_on.append(history)
+
+    def _forecast(self, history: History, steps: int) -> FloatArray:
+        return np.full(steps, history.observed[-1])
+
+
+@pytest.mark.parametrize("fit_days", [3, 0])
+async def test_a_refit_learns_from_days_of_history_the_forecast_does_not_read(
+    tmp_path: Path, fit_days: int
+) -> None:
+    """The simulator's forecaster learns from every day before its window; the daemon's
+    refit reads ``fit_history_minutes`` (3 days, or the default 14 of a store holding 4
+    and a half hour) while each forecast reads ``history_minutes`` (1 hour)."""
+    import asyncio
+
+    from mark.control import online_predictor
+
+    fit = {"fit_history_minutes": fit_days * 1440} if fit_days else {}
+    settings = load_settings(
+        overrides={
+            "predictor": {
+                "model": "seasonal",
+                "history_minutes": 60,
+                "refit_at_minute_of_day": None,
+                **fit,
+            }
+        }
+    )
+    clock = ManualClock(T0 - T0 % 86400)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        since = clock.now() - 4 * 86400 - 1800  # four days and a half hour of arrivals
+        await store.add_arrivals(
+            [ArrivalWindow("digits", since + t, 5.0, 10) for t in range(0, 4 * 86400 + 1800, 5)]
+        )
+        online = online_predictor(settings)
+        online.make = _SeesWhatItFits
+        _SeesWhatItFits.fitted_on.clear()
+        ctl = Controller(
+            settings,
+            SimFleet(load_catalog(), clock.now),
+            store,
+            {"digits": []},
+            predictors={"digits": online},
+        )
+        await ctl.step(clock.now())
+        assert online._task is not None
+        await asyncio.wait_for(online._task, 30)
+        (history,) = _SeesWhatItFits.fitted_on
+        assert history.observed.size == len(history)
+        if fit_days:
+            assert len(history) == 3 * 1440
+            assert history.start_minute == int(clock.now() // 60) - 3 * 1440
+        else:  # more than the store holds: all of it, from the first observed minute
+            assert len(history) == 4 * 1440 + 30
+            assert history.start_minute == int(since // 60)
+        assert await ctl.forecast_for("digits", clock.now(), 3) == pytest.approx([2.0] * 3)
     finally:
         await store.close()
 
