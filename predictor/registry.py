@@ -24,6 +24,7 @@ BUILTIN: dict[str, str] = {
     "ets": "predictor.statistical:HoltWinters",
     "sarima": "predictor.statistical:SeasonalArima",
     "lstm": "predictor.lstm:LSTMForecaster",
+    "lstm-calendar": "predictor.rise_calendar:RiseCalendarForecaster",
 }
 
 # Models that are not learned: the bar a learned model has to clear.

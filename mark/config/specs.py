@@ -240,7 +240,8 @@ class PredictorSpec(_Strict):
 
     model: str = Field(
         default="lstm",
-        description="lstm, seasonal, seasonal-week, last, paper, ets, sarima, or pkg.module:Class",
+        description="lstm, lstm-calendar, seasonal, seasonal-week, last, paper, ets, sarima, or "
+        "pkg.module:Class",
     )
     model_file: Path | None = Field(
         default=None, description="a model saved by `mark predictor train`, used from the start"
