@@ -8,18 +8,18 @@ minutes go to Lambda at several times an instance's price per request. A median
 forecaster (the LSTM) does not learn a rise seen on a handful of days either: a
 rise on half the days at 01:32 is one example a day among 1,440 minutes.
 
-The rule, which keeps the inner forecaster's median semantics: a rise starts at
-a minute whose peak is at least ``jump`` times the median of the
-``base_minutes`` before it (and none started in the ``length`` before). A rise
-is forecast at minute m of the day when one started at m on at least ``share``
-(a half: a median) of the full days of the history the model was fitted on, at
-least ``min_days`` of them, shaped as the median past rise over the current
-base. The inner forecast stands wherever it is higher, and alone while a rise is
-under way (the inner model sees it). A trace without recurring rises learns an
-empty calendar and forecasts as the inner model does.
-
-Measured on the Twitter trace (experiments/table5/README.md): a tenth off
-mark-spot's bill on day 10, nothing on day 12 on demand.
+The rule: a rise starts at a minute whose peak is at least ``jump`` times the
+median of the ``base_minutes`` before it (and none started in the ``length``
+before). The forecast is the inner model's, a median: a rise that comes on some
+days is not the median day. Beside it (``rises``) the calendar reports, for each
+coming minute of the day at which a rise started on one of the full days fitted
+on (at least ``min_days``), the chance one starts there again, measured out of
+sample (``calibrated``: a minute picked out for its rises overstates its
+chance) and at least ``share``, shaped as the median past rise over the current
+base; nothing while a rise is under way (the inner model sees it). Whether a
+foreseen rise is worth buying for is the planner's price question
+(``provisioner.foreseen_rise``). A trace without recurring rises foresees none
+and is the inner model.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from predictor.base import (
     ForecasterError,
     History,
     JsonScalar,
+    RiseOutlook,
 )
 
 
@@ -55,12 +56,50 @@ def rise_starts(
 
 @dataclass(frozen=True)
 class Calendar:
-    """For each minute of the day, the share of the days seen on which a rise started
-    there; and the median rise over its base, minute by minute."""
+    """For each minute of the day, the chance a rise starts there on a day to come, and
+    whether one started there on any day seen; the median rise over its base, minute
+    by minute."""
 
-    share: FloatArray  # (MINUTES_PER_DAY,)
+    chance: FloatArray  # (MINUTES_PER_DAY,)
+    seen: NDArray[np.bool_]  # (MINUTES_PER_DAY,)
     shape: FloatArray  # (length,)
     days: int
+
+
+def pooled_adjacent(hits: FloatArray, counts: FloatArray) -> FloatArray:
+    """The non-decreasing rates ``hits/counts`` nearest them, weighted by ``counts``
+    (isotonic regression by pooling adjacent violators); entries with no count take
+    their pool's rate."""
+    blocks: list[list[float]] = []  # [hits, counts, entries]
+    for h, c in zip(hits.tolist(), counts.tolist(), strict=True):
+        blocks.append([h, c, 1.0])
+        while len(blocks) > 1 and _rate(blocks[-2]) > _rate(blocks[-1]):
+            h2, c2, n2 = blocks.pop()
+            blocks[-1] = [blocks[-1][0] + h2, blocks[-1][1] + c2, blocks[-1][2] + n2]
+    return np.repeat([_rate(b) for b in blocks], [int(b[2]) for b in blocks])
+
+
+def _rate(block: list[float]) -> float:
+    return block[0] / block[1] if block[1] > 0 else 0.0
+
+
+def calibrated(starts_by_day: NDArray[np.bool_]) -> FloatArray:
+    """For each minute of the day, the chance a rise starts there on a day to come, from
+    ``starts_by_day`` (days × minutes). Not the share of days it came on: picked out
+    for coming often, a minute's share overstates its chance. Measured out of sample
+    instead: leaving each day out in turn, how often a rise came at a minute where it
+    had come on j of the other days, for every j (non-decreasing in j); a minute where
+    it came on k of n days then reads that rate at j = k·(n−1)/n."""
+    n = starts_by_day.shape[0]
+    k = starts_by_day.sum(axis=0)
+    hits = np.zeros(n)
+    counts = np.zeros(n)
+    for day in starts_by_day:
+        others = k - day
+        np.add.at(counts, others, 1.0)
+        np.add.at(hits, others, day.astype(np.float64))
+    rate = pooled_adjacent(hits, counts)
+    return np.interp(k * (n - 1) / n, np.arange(n), rate) if n > 1 else np.zeros(k.shape)
 
 
 def learn(
@@ -72,46 +111,56 @@ def learn(
     minute = history.epoch_minutes()
     day = minute // MINUTES_PER_DAY
     days, per_day = np.unique(day, return_counts=True)
-    full = set(days[per_day == MINUTES_PER_DAY].tolist())
-    counts = np.zeros(MINUTES_PER_DAY)
+    full = days[per_day == MINUTES_PER_DAY]
+    by_day = np.zeros((full.shape[0], MINUTES_PER_DAY), dtype=bool)
+    row = {int(d): r for r, d in enumerate(full.tolist())}
     shapes = []
     for i in np.flatnonzero(starts):
-        if int(day[i]) in full:
-            counts[minute[i] % MINUTES_PER_DAY] += 1
+        if int(day[i]) in row:
+            by_day[row[int(day[i])], minute[i] % MINUTES_PER_DAY] = True
         if i + length <= x.shape[0]:
             shapes.append(x[i : i + length] / max(float(np.median(x[i - base_minutes : i])), 1e-9))
-    n = len(full)
-    share = counts / n if n >= min_days else np.zeros(MINUTES_PER_DAY)
+    n = len(row)
     shape = np.median(np.array(shapes), axis=0) if shapes else np.ones(length)
-    return Calendar(share, np.asarray(shape, dtype=np.float64), n)
+    shape = np.asarray(shape, dtype=np.float64)
+    if n < min_days:
+        return Calendar(np.zeros(MINUTES_PER_DAY), np.zeros(MINUTES_PER_DAY, bool), shape, n)
+    return Calendar(calibrated(by_day), np.asarray(by_day.any(axis=0), dtype=bool), shape, n)
 
 
-def raise_forecast(
+def outlook(
     calendar: Calendar,
-    forecast: FloatArray,
     history: History,
+    steps: int,
     *,
     jump: float,
     base_minutes: int,
     share: float,
-) -> FloatArray:
-    """``forecast`` (the steps after ``history``) raised where ``calendar`` foresees a
-    rise starting at one of those steps, unless a rise is under way already."""
+) -> RiseOutlook | None:
+    """The rises ``calendar`` foresees in the ``steps`` minutes after ``history``: at
+    each minute of the day where one started on a day seen and its chance is at least
+    ``share``, for its length, at the current base times the median rise. None while
+    one is under way (the inner model sees it) or none is foreseen."""
     x = history.filled()
-    if x.shape[0] < base_minutes + 1:
-        return forecast
+    if x.shape[0] < base_minutes + 1 or calendar.days == 0:
+        return None
     base = float(np.median(x[-base_minutes:]))
     if x[-1] >= jump * base:
-        return forecast  # under way: the inner model sees it
-    out = np.array(forecast, dtype=np.float64)
+        return None
     first = history.start_minute + len(history)  # the minute of step 0
     length = calendar.shape.shape[0]
-    for h in np.flatnonzero(
-        calendar.share[(first + np.arange(out.shape[0])) % MINUTES_PER_DAY] >= share
-    ):
-        end = min(out.shape[0], h + length)
-        out[h:end] = np.maximum(out[h:end], base * calendar.shape[: end - h])
-    return out
+    chance = np.zeros(steps)
+    rate = np.zeros(steps)
+    of_day = (first + np.arange(steps)) % MINUTES_PER_DAY
+    start_chance = calendar.chance[of_day]
+    for h in np.flatnonzero(calendar.seen[of_day] & (start_chance >= share)):
+        end = min(steps, h + length)
+        higher = start_chance[h] > chance[h:end]
+        chance[h:end] = np.where(higher, start_chance[h], chance[h:end])
+        rate[h:end] = np.where(higher, base * calendar.shape[: end - h], rate[h:end])
+    if not chance.any():
+        return None
+    return RiseOutlook(chance, rate)
 
 
 class RiseCalendarForecaster(Forecaster):
@@ -125,14 +174,14 @@ class RiseCalendarForecaster(Forecaster):
         jump: float = 2.0,
         base_minutes: int = 15,
         length: int = 10,
-        share: float = 0.5,
+        share: float = 0.0,
         min_days: int = 3,
     ) -> None:
         super().__init__()
         if jump <= 1.0 or base_minutes < 1 or length < 1 or min_days < 1:
             raise ValueError("need jump > 1, base_minutes >= 1, length >= 1, min_days >= 1")
-        if not 0.0 < share <= 1.0:
-            raise ValueError("need 0 < share <= 1")
+        if not 0.0 <= share <= 1.0:
+            raise ValueError("need 0 <= share <= 1")
         from predictor.registry import create
 
         self.inner_spec = inner
@@ -142,7 +191,9 @@ class RiseCalendarForecaster(Forecaster):
         self.length = length
         self.share = share
         self.min_days = min_days
-        self.calendar = Calendar(np.zeros(MINUTES_PER_DAY), np.ones(length), 0)
+        self.calendar = Calendar(
+            np.zeros(MINUTES_PER_DAY), np.zeros(MINUTES_PER_DAY, bool), np.ones(length), 0
+        )
 
     def params(self) -> dict[str, JsonScalar]:
         return {
@@ -165,10 +216,15 @@ class RiseCalendarForecaster(Forecaster):
         )
 
     def _forecast(self, history: History, steps: int) -> FloatArray:
-        return raise_forecast(
+        return self.inner.forecast(history, steps)
+
+    def rises(self, history: History, steps: int) -> RiseOutlook | None:
+        if not self.fitted or history.observed.size == 0:
+            return None
+        return outlook(
             self.calendar,
-            self.inner.forecast(history, steps),
             history,
+            steps,
             jump=self.jump,
             base_minutes=self.base_minutes,
             share=self.share,
@@ -178,21 +234,26 @@ class RiseCalendarForecaster(Forecaster):
         inner = {f"inner.{k}": v for k, v in self.inner.get_state().items()}
         return {
             **inner,
-            "calendar.share": self.calendar.share,
+            "calendar.chance": self.calendar.chance,
+            "calendar.seen": self.calendar.seen.astype(np.float64),
             "calendar.shape": self.calendar.shape,
             "calendar.days": np.asarray(float(self.calendar.days)),
         }
 
     def set_state(self, state: dict[str, FloatArray]) -> None:
+        if "calendar.chance" not in state:
+            raise ForecasterError("a calendar saved before its chances were measured: refit")
         self.inner.set_state(
             {k.removeprefix("inner."): v for k, v in state.items() if k.startswith("inner.")}
         )
         self.inner.fitted = True
-        days = int(state["calendar.days"])
         self.calendar = Calendar(
-            np.asarray(state["calendar.share"], dtype=np.float64),
+            np.asarray(state["calendar.chance"], dtype=np.float64),
+            np.asarray(state["calendar.seen"]) > 0.5,
             np.asarray(state["calendar.shape"], dtype=np.float64),
-            days,
+            int(state["calendar.days"]),
         )
-        if self.calendar.share.shape != (MINUTES_PER_DAY,):
-            raise ForecasterError("a saved calendar must have one share per minute of the day")
+        if self.calendar.chance.shape != (MINUTES_PER_DAY,) or self.calendar.seen.shape != (
+            MINUTES_PER_DAY,
+        ):
+            raise ForecasterError("a saved calendar must have one chance per minute of the day")

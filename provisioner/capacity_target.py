@@ -42,17 +42,24 @@ def best_capacity(option: PlannerOption) -> float:
     return max([option.capacity_rps, *(c for _, c in option.pool)])
 
 
+def cheapest_per_request(options: Sequence[PlannerOption]) -> float | None:
+    """``c_o``: the least price per request among ``options`` at full use (alone or in
+    their best pool); None when none can serve."""
+    per_request = [
+        o.price_per_hour / 3600.0 / best_capacity(o) for o in options if best_capacity(o) > 0
+    ]
+    return min(per_request) if per_request else None
+
+
 def critical_quantile(spill_cost_per_request: float, options: Sequence[PlannerOption]) -> float:
     """``1 − c_o/c_λ``: the share of a step's windows whose rate instances should cover.
 
     ``c_o`` is the least price per request among ``options`` at full use; 1.0 (cover
     the peak) when there is no usable offering or spill costs nothing measurable."""
-    per_request = [
-        o.price_per_hour / 3600.0 / best_capacity(o) for o in options if best_capacity(o) > 0
-    ]
-    if not per_request or spill_cost_per_request <= 0.0:
+    c_o = cheapest_per_request(options)
+    if c_o is None or spill_cost_per_request <= 0.0:
         return 1.0
-    return min(1.0, max(0.0, 1.0 - min(per_request) / spill_cost_per_request))
+    return min(1.0, max(0.0, 1.0 - c_o / spill_cost_per_request))
 
 
 def quantile_to_peak(minutes: Sequence[Sequence[float]], q: float) -> float:

@@ -100,6 +100,11 @@ class Snapshot:
     window_minutes: tuple[tuple[float, ...], ...] = ()
     """The last hour's window rates (requests/s), grouped by minute: the within-step
     shape ``provisioner.capacity_target`` reads."""
+    rise_chance: tuple[float, ...] = ()
+    """Per control step, the chance a rise the forecast leaves out is under way
+    (``provisioner.foreseen_rise``); empty when none is foreseen."""
+    rise_rate: tuple[float, ...] = ()
+    """Per control step, the rate that rise would bring (requests/s)."""
 
     def mine(self) -> list[Member]:
         return [m for m in self.fleet if m.model == self.model]

@@ -5,10 +5,11 @@ when the SLO monitor sees recent misses it asks ``backup_step``; the standby
 pool and spot notices are ``provisioner.standby_step``. The rules wrapped
 around the planner live here, in one place and in this order:
 
-1. the forecast is clipped to what the history supports (``forecast_sanity``),
-   then, once spill is measured to meet RT_max and its price is known, scaled
-   from each step's peak to the share of it instances should carry
-   (``capacity_target``);
+1. the rises the forecaster foresees beside its forecast are added where their
+   chance pays for buying ahead (``foreseen_rise``); the forecast is clipped to
+   what the history supports (``forecast_sanity``), then, once spill is measured
+   to meet RT_max and its price is known, scaled from each step's peak to the
+   share of it instances should carry (``capacity_target``);
 2. the planner plans over the offerings not being avoided, counting the
    model's live serving and backup instances, less those with a spot notice,
    at the capacity each has in the pool it plans (``pooling``);
@@ -39,6 +40,7 @@ from provisioner.control_state import (
     StepConfig,
 )
 from provisioner.forecast_sanity import clip_forecast
+from provisioner.foreseen_rise import buy_ahead_chance, with_rises
 from provisioner.greedy import OptionKey, Plan, PlannerOption, RunningInstance, plan_greedy
 from provisioner.guards import FleetInstance, GuardState, RawDecision, apply_guards
 from provisioner.pooling import plan_pooled
@@ -85,12 +87,14 @@ def price_within_rails(
 
 def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: float) -> PlanStep:
     """Plan, guard and rail one model's fleet; raises ``NoFeasibleOption`` if nothing can serve."""
-    forecast, clip = clip_forecast(snap.forecast, snap.observed_peak, cfg.bounds)
-    notes = [Note("forecast-clipped", clip.why)] if clip is not None else []
     now = snap.now
     control = state.of(snap.model)
     by_key = {o.key: o for o in snap.options}
     options = avoid_interrupted(list(snap.options), state.avoid, now)
+    ahead, rise = foreseen_rises(snap, cfg, options)
+    forecast, clip = clip_forecast(ahead, snap.observed_peak, cfg.bounds)
+    notes = [n for n in (rise,) if n is not None]
+    notes += [Note("forecast-clipped", clip.why)] if clip is not None else []
     mine = [
         m
         for m in snap.mine()
@@ -138,6 +142,32 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         tuple(mine),
         tuple(notes),
         state.with_model(snap.model, replace(control, last_wanted=dict(guards.last_wanted))),
+    )
+
+
+def foreseen_rises(
+    snap: Snapshot, cfg: StepConfig, options: Sequence[PlannerOption]
+) -> tuple[list[float], Note | None]:
+    """The forecast with the foreseen rises worth buying ahead for (``foreseen_rise``),
+    and a note saying so when there were any."""
+    if not snap.rise_chance:
+        return list(snap.forecast), None
+    least = buy_ahead_chance(
+        cfg.spill_cost_per_request,
+        options,
+        lead_s=cfg.boot_s,
+        react_s=cfg.boot_s + cfg.step_s,
+        hold_s=max(cfg.guard.cooldown_s, cfg.guard.billing_minimum_s),
+    )
+    out, raised = with_rises(snap.forecast, snap.rise_chance, snap.rise_rate, least)
+    if raised == 0:
+        return out, None
+    top = max(c for c in snap.rise_chance if c >= least)
+    return out, Note(
+        "rise-ahead",
+        f"a rise foreseen with chance {top:.0%} (buying ahead pays from {least:.0%}): "
+        f"{raised} step(s) planned for up to {max(out):.1f} r/s",
+        count=raised,
     )
 
 

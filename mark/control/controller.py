@@ -205,7 +205,7 @@ class Controller:
 
     async def forecast_for(self, model: str, now: float, steps: int) -> list[float]:
         """The forecast for the next ``steps`` control steps, as the planner gets it unclipped."""
-        return (await self._parts.history.forecast(model, now, steps))[0]
+        return (await self._parts.history.forecast(model, now, steps)).values
 
     async def step(self, now: float) -> list[StepResult]:
         """One planning step for every model, then the orphan sweep; nothing (an empty

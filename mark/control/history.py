@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,6 +33,19 @@ def max_rate_per_minute(
         if 0 <= k < minutes:
             out[k] = w.rate if math.isnan(out[k]) else max(out[k], w.rate)
     return out
+
+
+class StepForecast(NamedTuple):
+    """What the planner reads of the forecaster, per control step."""
+
+    values: list[float]
+    """The forecast max rate."""
+    peak: float
+    """The highest rate observed in the history it was made from."""
+    rise_chance: list[float]
+    """The chance a rise the forecast leaves out is under way (empty: none foreseen)."""
+    rise_rate: list[float]
+    """The rate that rise would bring."""
 
 
 def cold_start_forecaster() -> Forecaster:
@@ -83,9 +97,10 @@ class LoadHistory:
                 grouped.setdefault(int((w.window_start - start) // 60.0), []).append(w.rate)
         return [grouped[k] for k in sorted(grouped)]
 
-    async def forecast(self, model: str, now: float, steps: int) -> tuple[list[float], float]:
+    async def forecast(self, model: str, now: float, steps: int) -> StepForecast:
         """The forecast max rate for each of the next ``steps`` control steps (P_u each),
-        and the highest rate observed in the history it was made from.
+        the highest rate observed in the history it was made from, and the rises the
+        forecaster foresees beside it (``Forecaster.rises``).
 
         Forecasters speak per minute; with P_u < 60 s each minute's value covers
         the steps inside it, so the planner's τ and cool-down arithmetic, which
@@ -98,20 +113,31 @@ class LoadHistory:
         observed = history.observed
         peak = float(observed.max()) if observed.size else 0.0
         if peak <= 0.0:  # nothing seen yet, or only idle minutes: no load to plan for
-            return [0.0] * steps, peak
+            return StepForecast([0.0] * steps, peak, [], [])
         per_minute_count = math.ceil(steps * self.step_s / 60.0)
         online = self.predictors.get(model)
         if online is None:
             if not self.fallback.fitted:
                 self.fallback.fit(history)
             raw = self.fallback.forecast(history, per_minute_count)
+            rises = None
         else:
             if online.due(int(observed.size), int(now // 60)):
                 online.maybe_refit(await self._fit_history(model, now, history), int(now // 60))
             raw = online.forecast(history, per_minute_count)
-        per_minute = [float(x) for x in raw]
-        last = len(per_minute) - 1
-        return [per_minute[min(int(k * self.step_s // 60.0), last)] for k in range(steps)], peak
+            rises = online.rises(history, per_minute_count)
+
+        def per_step(per_minute: Sequence[float]) -> list[float]:
+            last = len(per_minute) - 1
+            return [
+                float(per_minute[min(int(k * self.step_s // 60.0), last)]) for k in range(steps)
+            ]
+
+        if rises is None:
+            return StepForecast(per_step(list(raw)), peak, [], [])
+        return StepForecast(
+            per_step(list(raw)), peak, per_step(list(rises.chance)), per_step(list(rises.rate))
+        )
 
     async def _fit_history(self, model: str, now: float, history: History) -> History:
         """The last ``fit_minutes`` minutes for a refit, from the first observed one (a

@@ -166,7 +166,10 @@ def snapshot(
     observed_peak: float = 0.0,
     fixed_hourly: float = 0.0,
     window_minutes: Sequence[Sequence[float]] = (),
+    rises: tuple[Sequence[float], Sequence[float]] = ((), ()),
 ) -> Snapshot:
+    """``rises``: per step, the chance and the rate of the rises the forecaster foresees
+    beside ``forecast`` (``mark.control.history.StepForecast``)."""
     return Snapshot(
         model,
         now,
@@ -176,4 +179,6 @@ def snapshot(
         members(fleet, price),
         fixed_hourly,
         tuple(tuple(m) for m in window_minutes),
+        tuple(rises[0]),
+        tuple(rises[1]),
     )

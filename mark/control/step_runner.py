@@ -71,11 +71,24 @@ async def run_plan_step(
     """
     model = spec.name
     live = [i for i in everything if i.state in LIVE]
-    forecast, peak = await history.forecast(model, now, cfg.window_steps)
+    seen = await history.forecast(model, now, cfg.window_steps)
+    forecast, peak = seen.values, seen.peak
     price = recorder.price
     shape = history.window_minutes(model, now)
     snap = _ready(
-        snapshot(model, now, live, price, options, forecast, peak, fixed_hourly, shape), facts
+        snapshot(
+            model,
+            now,
+            live,
+            price,
+            options,
+            forecast,
+            peak,
+            fixed_hourly,
+            shape,
+            rises=(seen.rise_chance, seen.rise_rate),
+        ),
+        facts,
     )
     launched: list[InstanceInfo] = []
     notes: list[Note] = []
@@ -113,7 +126,8 @@ async def run_plan_step(
             break
         live = [i for i in await reconciler.fleet.list() if i.state in LIVE]
         snap = _ready(
-            snapshot(model, now, live, price, options, result.forecast, peak, fixed_hourly), facts
+            snapshot(model, now, live, price, options, result.forecast, peak, fixed_hourly, shape),
+            facts,
         )
     assert result is not None
     retire, held_note = retirements(result.retire, failed)

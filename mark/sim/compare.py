@@ -46,6 +46,7 @@ def train_forecaster(
     spec: str, workload: Workload, warmup_s: float, cache_dir: Path | None
 ) -> Forecaster:
     """Fit ``spec`` (a predictor registry name) on the workload's history, cached by content."""
+    from predictor.base import ForecasterError
     from predictor.registry import create, load
 
     history = history_of(workload, warmup_s)
@@ -55,7 +56,10 @@ def train_forecaster(
     ).hexdigest()[:16]
     path = cache_dir / f"{spec}-{key}.npz" if cache_dir is not None else None
     if path is not None and path.exists():
-        return load(path)
+        try:
+            return load(path)
+        except ForecasterError:
+            pass  # saved by an older version of the model: fit it again, below
     model = create(spec).fit(history)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
