@@ -92,7 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=float, default=8.0)
     ap.add_argument("--start-day", type=float, default=10.0)
-    ap.add_argument("--predictor", default="lstm")
+    ap.add_argument("--predictor", default="lstm-calendar")
     ap.add_argument("--models", default=",".join(MODELS))
     args = ap.parse_args()
     lines = [

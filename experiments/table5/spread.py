@@ -11,9 +11,9 @@ before any run: days 10 (the paper's) and 12, seeds 0, 1, 2.
 
     .venv/bin/python experiments/table5/spread.py [--jobs 2] [--hours 8]
 
-Each run's JSON goes to `results-spread/<model>/day<D>-seed<S>.json`; a run whose
-file exists is not run again (delete the folder to start afresh), so an interrupted
-sweep resumes. The summary is written to `spread.md` and printed.
+Each run's JSON goes to `results-spread/<predictor>/<model>/day<D>-seed<S>.json`; a run
+whose file exists is not run again (delete the folder to start afresh), so an interrupted
+sweep resumes. The summary is written to `spread-<predictor>.md` and printed.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ POLICIES = "mark,mark-spot,sagemaker,clairvoyant"
 Doc = dict[str, dict[str, float]]
 
 
-def out_path(model: str, day: float, seed: int) -> Path:
-    return HERE / "results-spread" / model / f"day{day:g}-seed{seed}.json"
+def out_path(predictor: str, model: str, day: float, seed: int) -> Path:
+    return HERE / "results-spread" / predictor / model / f"day{day:g}-seed{seed}.json"
 
 
 def run_one(model: str, day: float, seed: int, hours: float, predictor: str) -> Path:
-    path = out_path(model, day, seed)
+    path = out_path(predictor, model, day, seed)
     if path.exists():
         return path
     cmd = [
@@ -93,7 +93,7 @@ def summary(values: list[float], unit: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=float, default=8.0)
-    ap.add_argument("--predictor", default="lstm")
+    ap.add_argument("--predictor", default="lstm-calendar")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--jobs", type=int, default=1, help="simulations run at once")
     args = ap.parse_args()
@@ -120,11 +120,11 @@ def main() -> None:
         "|---|" + "---|" * (len(METRICS) + 1),
     ]
     for m in models:
-        docs = [load(out_path(m, d, s)) for d in DAYS for s in SEEDS]
+        docs = [load(out_path(args.predictor, m, d, s)) for d in DAYS for s in SEEDS]
         cells = [summary([f(doc) for doc in docs], unit) for _, f, unit in METRICS]
         od, spot = PAPER_SM_OVER[m]
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {od:.2f}×, {spot:.2f}× |")
-    (HERE / "spread.md").write_text("\n".join(lines) + "\n")
+    (HERE / f"spread-{args.predictor}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -252,7 +252,7 @@ def simulate(
         help=f"comma-separated; known: {', '.join(POLICIES)}",
     ),
     predictor: str = typer.Option(
-        "lstm",
+        "lstm-calendar",
         help="forecaster trained on the history before the window (cached); 'oracle' "
         "forecasts the window's true per-minute peaks: an ablation that shows what a "
         "perfect forecast would cost",

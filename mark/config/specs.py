@@ -239,8 +239,9 @@ class PredictorSpec(_Strict):
     """The workload predictor the control loop asks each P_u (paper §4.2)."""
 
     model: str = Field(
-        default="lstm",
-        description="lstm, lstm-calendar, seasonal, seasonal-week, last, paper, ets, sarima, or "
+        default="lstm-calendar",
+        description="lstm-calendar (the LSTM, and the recurring rises beside it that the "
+        "planner may buy ahead for), lstm, seasonal, seasonal-week, last, paper, ets, sarima, or "
         "pkg.module:Class",
     )
     model_file: Path | None = Field(
