@@ -162,11 +162,11 @@ def foreseen_rises(
     out, raised = with_rises(snap.forecast, snap.rise_chance, snap.rise_rate, least)
     if raised == 0:
         return out, None
-    top = max(c for c in snap.rise_chance if c >= least)
+    bought = [(c, r) for c, r in zip(snap.rise_chance, snap.rise_rate, strict=False) if c >= least]
     return out, Note(
         "rise-ahead",
-        f"a rise foreseen with chance {top:.0%} (buying ahead pays from {least:.0%}): "
-        f"{raised} step(s) planned for up to {max(out):.1f} r/s",
+        f"a rise foreseen with chance {max(bought)[0]:.0%} (buying ahead pays from "
+        f"{least:.0%}): {raised} step(s) planned for up to {max(r for _, r in bought):.1f} r/s",
         count=raised,
     )
 
