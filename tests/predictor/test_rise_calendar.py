@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.base import MINUTES_PER_DAY, History
+from predictor.base import MINUTES_PER_DAY, ForecasterError, History
 from predictor.registry import create, load
 from predictor.rise_calendar import (
     RiseCalendarForecaster,
@@ -50,7 +50,9 @@ def test_a_rise_is_a_jump_over_the_median_before_it_not_a_ramp() -> None:
     assert not rise_starts(ramp, 2.0, 15, 10).any()
 
 
-def _rises(model: RiseCalendarForecaster, history: History, steps: int) -> tuple[list, list]:
+def _rises(
+    model: RiseCalendarForecaster, history: History, steps: int
+) -> tuple[list[float], list[float]]:
     out = model.rises(history, steps)
     assert out is not None
     return out.chance.tolist(), out.rate.tolist()
@@ -66,6 +68,12 @@ def test_a_recurring_rise_is_foreseen_with_its_share_of_days_and_shape() -> None
     assert rate[:3] == [0.0] * 3 and rate[8:] == [0.0] * 4
     # The forecast is the inner model's median day: the rise is the planner's to weigh.
     assert model.forecast(history, 12).tolist() == [10.0] * 12
+
+
+def test_a_rise_is_foreseen_as_load_added_to_the_base_not_multiplied() -> None:
+    model = _fitted(6, {0, 1, 3, 4})  # rises of +40, +30, +20, +10, +5 over a base of 10
+    _, rate = _rises(model, _before_the_rise(6, 3, base=30.0), 12)
+    assert rate[3:8] == pytest.approx([70.0, 60.0, 50.0, 40.0, 35.0])  # not 150, 120, ...
 
 
 def test_a_rise_seen_once_is_given_the_chance_such_minutes_had_out_of_sample() -> None:
@@ -121,6 +129,16 @@ def test_a_saved_model_foresees_as_it_did(tmp_path: Path) -> None:
     assert isinstance(again, RiseCalendarForecaster) and again.params() == model.params()
     assert _rises(again, history, 12) == _rises(model, history, 12)
     assert again.forecast(history, 12).tolist() == model.forecast(history, 12).tolist()
+
+
+def test_a_calendar_saved_with_multiplied_rises_is_refitted_not_misread(tmp_path: Path) -> None:
+    model = _fitted(6, {0, 1, 3, 4})
+    path = model.save(tmp_path / "m.npz")
+    with np.load(path) as saved:
+        old = {k: saved[k] for k in saved.files if "calendar.added" not in k}
+    np.savez(path, **old)  # as the version before this one saved it
+    with pytest.raises(ForecasterError, match="refit"):
+        load(path)
 
 
 def test_it_is_a_built_in_model_around_the_lstm() -> None:
