@@ -42,6 +42,10 @@ from predictor.base import (
     RiseOutlook,
 )
 
+STATE_VERSION = 2
+"""What ``get_state`` writes: 2 since rises are added to the base (1, unmarked, held ratios
+and is refused rather than misread)."""
+
 
 def rise_starts(
     values: FloatArray, jump: float, base_minutes: int, length: int
@@ -241,13 +245,15 @@ class RiseCalendarForecaster(Forecaster):
             "calendar.seen": self.calendar.seen.astype(np.float64),
             "calendar.shape": self.calendar.shape,
             "calendar.days": np.asarray(float(self.calendar.days)),
-            "calendar.added": np.asarray(1.0),
+            "calendar.version": np.asarray(float(STATE_VERSION)),
         }
 
     def set_state(self, state: dict[str, FloatArray]) -> None:
-        if "calendar.added" not in state:
+        version = state.get("calendar.version")
+        if version is None or int(version) != STATE_VERSION:
             raise ForecasterError(
-                "a calendar saved before its rises were added to the base (or measured): refit"
+                f"a calendar saved in state version {version}, this one reads "
+                f"{STATE_VERSION} (its rises are now added to the base): refit"
             )
         self.inner.set_state(
             {k.removeprefix("inner."): v for k, v in state.items() if k.startswith("inner.")}
