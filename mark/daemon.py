@@ -320,6 +320,7 @@ async def _slo(run: Running) -> None:
         }
     )
     await run.controller.check_slo(WallClock().now(), latencies)
+    await run.controller.react(WallClock().now())
 
 
 async def _handle_interruptions(run: Running) -> None:

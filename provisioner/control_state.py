@@ -133,6 +133,12 @@ class ModelControl:
     """When the control loop last launched an instance to measure an unprofiled type."""
     spill: SpillEvidence = field(default_factory=SpillEvidence)
     """How the model's spilled requests fared lately (``provisioner.spill_evidence``)."""
+    planned_rps: float = math.inf
+    """The rate the last plan was made for, for the step under way (its clipped forecast
+    with foreseen rises): load above it plans early (``provisioner.early_step``). Not
+    saved: after a restart the first step sets it."""
+    planned_at: float = -math.inf
+    """When the last plan was made."""
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,15 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         decision.held,
         tuple(mine),
         tuple(notes),
-        state.with_model(snap.model, replace(control, last_wanted=dict(guards.last_wanted))),
+        state.with_model(
+            snap.model,
+            replace(
+                control,
+                last_wanted=dict(guards.last_wanted),
+                planned_rps=forecast[0] if forecast else 0.0,
+                planned_at=now,
+            ),
+        ),
     )
 
 

@@ -289,6 +289,11 @@ def simulate(
         "requests that would spill to Lambda (default: the model spec's, "
         f"{DEFAULT_DECLINE_SHARE:g}; 0 never declines)",
     ),
+    early_steps: bool = typer.Option(
+        True,
+        help="mark policies: plan before the next minute once two 5 s windows in a row run "
+        "above the rate the last plan was made for (the daemon's default)",
+    ),
     warmup_s: float = typer.Option(900.0, help="simulated before the window, not counted"),
     seed: int = typer.Option(0, help="seed of the arrivals and interruptions"),
     fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv"),
@@ -321,6 +326,7 @@ def simulate(
         interrupt_rate_per_hour=interrupt_rate,
         interruptions=parse_interruptions(interrupt),
         decline_share=decline_share,
+        early_steps=early_steps,
     )
     workload = build_workload(
         trace,

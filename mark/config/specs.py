@@ -156,6 +156,11 @@ class Timings(_Strict):
     update_period_s: float = Field(default=60, gt=0, description="P_u: prediction unit")
     window_steps: int = Field(default=60, ge=1, le=1440, description="P_w: steps forecast")
     sample_window_s: float = Field(default=5, gt=0, description="P_s: arrival sample window")
+    early_steps: bool = Field(
+        default=True,
+        description="plan before the next P_u once two P_s windows in a row run above the "
+        "rate the last plan was made for (provisioner.early_step)",
+    )
     lead_time_s: float | None = Field(
         default=None,
         ge=0,

@@ -1,7 +1,9 @@
 """The controller: one writer of the control state, driving snapshot → step → reconcile.
 
 Three tasks ask it for decisions: the periodic step (every P_u), the SLO
-monitor (every few seconds) and spot notices. Each takes the same lock, so no
+monitor (every few seconds; after each check it also asks whether the load has
+left what the last plan was made for, and if so plans at once: ``react``) and
+spot notices. Each takes the same lock, so no
 two steps interleave across an ``await``: an instance cannot be retired or
 billed twice by a step and a notice racing each other. The decisions are the
 pure steps of ``provisioner.step``, ``standby_step`` and ``orphan_step``; this
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
@@ -59,6 +62,7 @@ from mark.ports import Clock, Fleet, InstanceInfo, InterruptionNotice, Store
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
 from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, forget_gone
+from provisioner.early_step import Window, plan_early
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact
 from provisioner.spill_evidence import SpillCounts
@@ -158,6 +162,8 @@ class Controller:
         )
         self._lock = asyncio.Lock()
         self._store_up = True
+        self._next_step_at = math.inf
+        """When the control loop's next step is due (``react`` leaves the window before it)."""
         self.health: Callable[[], tuple[Mapping[str, HealthFact], float] | None] | None = None
         """Agents' health as the daemon sees it; None (the simulator): no health rules."""
 
@@ -211,18 +217,56 @@ class Controller:
         """One planning step for every model, then the orphan sweep; nothing (an empty
         list) while another controller holds the lease."""
         async with self._lock:
+            self._next_step_at = now + self.settings.timings.update_period_s
             if not await self._store_answers(now) or not await self._lead(now):
                 return []
             out = await self._step(now)
             await self._durable.save(self.state, now, evidence=True)
             return out
 
-    async def _step(self, now: float) -> list[StepResult]:
+    async def react(self, now: float) -> list[StepResult]:
+        """Between steps: plan at once for each model whose load has left what its last
+        plan was made for (``provisioner.early_step``); nothing (an empty list) otherwise.
+
+        Called after each SLO check, in the daemon and the simulator alike, once the
+        P_s windows that closed have been written to the store."""
+        if not self.settings.timings.early_steps:
+            return []
+        async with self._lock:
+            if not self._store_up or not await self._may_act(now):
+                return []
+            early: dict[str, str] = {}
+            for spec in self.settings.models:
+                control = self.state.of(spec.name)
+                if not math.isfinite(control.planned_at):
+                    continue
+                try:
+                    stored = await self.store.arrivals(spec.name, control.planned_at, now)
+                except (StoreError, SQLAlchemyError, OSError) as exc:
+                    log.debug("no early step: the store did not answer: %s", exc)
+                    return []  # the next step finds out whether the store is back
+                windows = [Window(w.window_start, w.window_s, w.rate) for w in stored]
+                due = plan_early(
+                    windows, control.planned_rps, control.planned_at, now, self._next_step_at
+                )
+                if due is not None:
+                    early[spec.name] = due
+            if not early:
+                return []
+            log.info("planning early: %s", "; ".join(f"{m}: {why}" for m, why in early.items()))
+            out = await self._step(now, early)
+            await self._durable.save(self.state, now, evidence=True)
+            return out
+
+    async def _step(self, now: float, early: Mapping[str, str] | None = None) -> list[StepResult]:
+        """Every model's step (``early``: only these, each with why it runs early)."""
         out = []
         listed = await self.fleet.list()
         configured = {m.name for m in self.settings.models}
         self.state = forget_gone(self.state, {i.instance_id for i in listed}, configured)
         for spec in self.settings.models:
+            if early is not None and spec.name not in early:
+                continue
             # Listed again per model: the cluster's spend rail sees what earlier models bought.
             everything = await self.fleet.list()
             if any(p.model == spec.name for p in self.state.pending_starts.values()):
@@ -267,9 +311,11 @@ class Controller:
                 self._parts.reconciler,
                 facts,
                 self.exploration,
+                early=early.get(spec.name) if early is not None else None,
             )
             out.append(result)
-        await self._sweep(now)
+        if early is None:
+            await self._sweep(now)
         return out
 
     async def _sweep(self, now: float) -> None:

@@ -62,8 +62,12 @@ async def run_plan_step(
     reconciler: Reconciler,
     facts: Mapping[str, HealthFact] | None = None,
     exploration: Exploration | None = None,
+    early: str | None = None,
 ) -> tuple[StepResult, ControlState]:
     """Plan and act for one model; returns what happened and the next control state.
+
+    ``early``: why this step runs before its P_u (``provisioner.early_step``), kept
+    with the plan's decisions.
 
     With ``facts`` (the agents' health), an instance counts as ready only once its
     agent said so, and one failing its probe is not counted as capacity. With
@@ -91,7 +95,7 @@ async def run_plan_step(
         facts,
     )
     launched: list[InstanceInfo] = []
-    notes: list[Note] = []
+    notes: list[Note] = [Note("early-step", early)] if early is not None else []
     failed = 0
     result: PlanStep | None = None
     # An offering out of capacity is avoided for a while and the step plans again

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mark.catalog import Market
-from mark.config import BudgetSpec, OfferingsSpec, Settings
+from mark.config import BudgetSpec, OfferingsSpec, Settings, Timings
 from mark.control import Controller
 from mark.ports import InterruptionNotice
 from mark.sim.bound import SLO_EPS_S
@@ -48,6 +48,7 @@ def sim_settings(world: SimWorld) -> Settings:
         ),
         # The paper's experiments measure the policy, not a user's budget: no spend rails.
         budget=BudgetSpec(max_hourly_per_model=None, max_hourly_cluster=None),
+        timings=Timings(early_steps=world.cfg.early_steps),
     )
 
 
@@ -102,10 +103,14 @@ async def drive_mark(world: SimWorld, forecaster: Forecaster | None) -> Extra:
     sample = settings.timings.sample_window_s
     flushed = world.t_begin
 
-    async def on_step(t: float) -> None:
+    async def flush(t: float) -> None:
+        # The P_s windows closed by ``t``, as the daemon's telemetry writes them.
         nonlocal flushed
         await store.add_arrivals(world.windows_between(flushed, t))
         flushed = t - (t - world.t_begin) % sample
+
+    async def on_step(t: float) -> None:
+        await flush(t)
         await ctl.step(t)
 
     lam = world.lam
@@ -127,6 +132,9 @@ async def drive_mark(world: SimWorld, forecaster: Forecaster | None) -> Extra:
         served = lat[where != DECLINED]
         if policy.slo_monitor and served.size:
             await ctl.check_slo(t, {model: served.tolist()})
+        if settings.timings.early_steps:
+            await flush(t)
+            await ctl.react(t)
 
     async def on_interruption(notice: InterruptionNotice) -> None:
         await ctl.on_interruption(notice, world.clock.t)

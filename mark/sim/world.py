@@ -82,6 +82,7 @@ class SimConfig:
     # The mark policies' share of the SLO's miss budget spent declining what would spill
     # (bouncer.miss_budget; None: the model spec's default).
     decline_share: float | None = None
+    early_steps: bool = True  # mark policies: plan early when the load outruns the plan
 
 
 @dataclass

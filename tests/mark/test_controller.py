@@ -684,3 +684,68 @@ async def test_the_daemon_buys_ahead_for_a_rise_its_forecaster_foresees_when_lik
         assert len(res.launched) == (3 if ahead else 1), res.launched
     finally:
         await store.close()
+
+
+async def test_load_outrunning_the_plan_is_planned_for_before_the_next_step(
+    tmp_path: Path,
+) -> None:
+    """``react``: two 5 s windows above what the last plan was made for plan at once
+    (a decision says why); windows at the planned rate do not; and the switch is off."""
+    catalog = load_catalog()
+    for early in (True, False):
+        settings = load_settings(
+            overrides={
+                "offerings": {"types": ["c5.large"], "markets": ["on-demand"]},
+                "timings": {"early_steps": early},
+            }
+        )
+        spec = settings.models[0]
+        lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+        options = build_options(spec, catalog, ["c5.large"], [Market.ON_DEMAND], lat, 90.0)
+        clock = ManualClock(T0)
+        fleet = SimFleet(catalog, clock.now, boot_delay_s=lambda _t: 60.0)
+        store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s{early}.db", upgrade=True)
+        try:
+            rate = options[0].capacity_rps  # steady: about one instance's worth
+            await store.add_arrivals(
+                [
+                    ArrivalWindow(spec.name, T0 - 3600 + 5 * k, 5.0, int(rate * 5))
+                    for k in range(720)
+                ]
+            )
+            ctl = Controller(settings, fleet, store, {spec.name: options})
+            (first,) = await ctl.step(clock.now())
+            bought = len(first.launched)
+            assert first.error is None and bought >= 1
+
+            # Windows at the planned rate: no early step.
+            await store.add_arrivals(
+                [ArrivalWindow(spec.name, T0 + 5 * k, 5.0, int(rate * 5)) for k in range(2)]
+            )
+            clock.advance(10)
+            assert await ctl.react(clock.now()) == []
+
+            # The load triples for two windows: the step runs now, not at T0 + 60.
+            await store.add_arrivals(
+                [
+                    ArrivalWindow(spec.name, T0 + 10 + 5 * k, 5.0, int(6 * rate * 5))
+                    for k in range(2)
+                ]
+            )
+            clock.advance(10)
+            got = await ctl.react(clock.now())
+            if not early:
+                assert got == []
+                continue
+            (res,) = got
+            assert res.error is None and len(res.launched) >= 1  # bought for the new load
+            plans = await store.plans(spec.name)
+            assert len(plans) == 2
+            latest = max(plans, key=lambda p: p.at)
+            assert latest.at == clock.now()
+            assert any(d.action == "early-step" for d in latest.decisions)
+            # The early step was itself a plan: the same windows do not trigger again.
+            clock.advance(2)
+            assert await ctl.react(clock.now()) == []
+        finally:
+            await store.close()

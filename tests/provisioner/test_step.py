@@ -139,3 +139,13 @@ def test_interruption_starts_standbys_dooms_the_victim_and_avoids_its_offering()
     # the doomed instance is planned without: the plan replaces it, not with spot
     p = plan_step(replace(s, fleet=(victim,)), res.state, CFG, RT)
     assert p.launches and all(a.key != SPOT.key for a in p.launches)
+
+
+def test_a_plan_remembers_the_rate_it_was_made_for_and_when() -> None:
+    """What load above it means an early step (``early_step``): the first step of the
+    clipped forecast, foreseen rises included."""
+    stepped = plan_step(snap(15.0, observed_peak=60.0), ControlState(), CFG, RT)
+    control = stepped.state.of("m")
+    assert control.planned_rps == stepped.forecast[0] == 15.0 and control.planned_at == 1000.0
+    rising = replace(snap(15.0, observed_peak=60.0), rise_chance=(1.0,) * 5, rise_rate=(40.0,) * 5)
+    assert plan_step(rising, ControlState(), CFG, RT).state.of("m").planned_rps == 40.0
