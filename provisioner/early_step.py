@@ -8,7 +8,15 @@ boot that is up to a third of the time the rise is spilled. So between steps
 the shell asks ``plan_early`` on each closed P_s window: once ``EARLY_WINDOWS``
 windows in a row, all closed after the last plan, ran above the rate that plan
 was made for (its clipped forecast with foreseen rises, for the step under
-way) by more than counting noise, the shell runs the model's step at once.
+way) and above what the fleet carries, booting instances included, by more
+than counting noise, the shell runs the model's step at once.
+
+Only while the model's spill is measured to answer within RT_max: then a
+shortfall is spilled requests, each paid at Lambda's price, and planning early
+saves them. Where spill misses RT_max (NASNet's and OpenNMT-ende's spill takes
+2.2 s and 3.1 s), a shortfall is misses, and the SLO monitor launches backups
+within seconds of them; early steps there cost 0.2–0.7 % more on Table 5's
+windows for no saving the SLO needed (``experiments/table5/README.md``).
 
 The step is the ordinary one: the load history slides with ``now``
 (``mark.control.history``), so its latest "minute" holds the windows that
@@ -30,6 +38,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from provisioner.control_state import SERVING_ROLES, ControlState, Snapshot, StepConfig
+from provisioner.pooling import capacity_in_pool
 
 EARLY_WINDOWS = 2
 """Consecutive P_s windows above the planned rate before planning early. One window
@@ -62,11 +73,18 @@ def plan_early(
     planned_at: float,
     now: float,
     next_step_at: float = math.inf,
+    capacity_rps: float = 0.0,
+    spill_in_time: bool = True,
 ) -> str | None:
     """Why to plan now, or None. ``windows`` are the model's P_s windows (any order),
     ``planned_rps`` the rate the last plan was made for (``ModelControl.planned_rps``),
     ``planned_at`` when it was made, ``next_step_at`` when the control loop's next step
-    is due (within a window of it, that step plans)."""
+    is due (within a window of it, that step plans), ``capacity_rps`` what the fleet
+    carries (``fleet_capacity``; 0: not known yet): the load must outrun both;
+    ``spill_in_time``: the model's spill is measured to answer within RT_max
+    (``SpillEvidence.in_time``)."""
+    if not spill_in_time:
+        return None  # a shortfall is misses: the SLO monitor's to answer, within seconds
     if not math.isfinite(planned_at) or not math.isfinite(planned_rps):
         return None  # no plan yet: the first step is the control loop's
     fresh = sorted(
@@ -75,10 +93,32 @@ def plan_early(
     )[-EARLY_WINDOWS:]
     if len(fresh) < EARLY_WINDOWS or next_step_at - now < fresh[-1].seconds:
         return None
-    if not all(above_plan(w.rate, planned_rps, w.seconds) for w in fresh):
+    if not all(above_plan(w.rate, max(planned_rps, capacity_rps), w.seconds) for w in fresh):
         return None
     rates = ", ".join(f"{w.rate:.1f}" for w in fresh)
     return (
         f"the last {len(fresh)} windows ran at {rates} r/s, above the "
         f"{planned_rps:.1f} r/s planned {now - planned_at:.0f} s ago"
+        + (f" and the fleet's {capacity_rps:.1f} r/s" if capacity_rps > 0 else "")
+    )
+
+
+def fleet_capacity(snap: Snapshot, state: ControlState, cfg: StepConfig) -> float:
+    """What the model's live serving and backup instances carry as the planner rates
+    them, booting ones included (the last plan counted on them), less those with a spot
+    notice and those failing their probe."""
+    by_key = {o.key: o for o in snap.options}
+    serving = [
+        m
+        for m in snap.mine()
+        if m.live
+        and m.state != "failing"
+        and m.role in SERVING_ROLES
+        and m.instance_id not in state.doomed
+        and m.key in by_key
+    ]
+    n = len(serving)
+    return sum(
+        capacity_in_pool(by_key[m.key], n) if cfg.pooled else by_key[m.key].capacity_rps
+        for m in serving
     )

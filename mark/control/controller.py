@@ -62,9 +62,9 @@ from mark.ports import Clock, Fleet, InstanceInfo, InterruptionNotice, Store
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
 from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, forget_gone
-from provisioner.early_step import Window, plan_early
+from provisioner.early_step import Window, fleet_capacity, plan_early
 from provisioner.greedy import PlannerOption
-from provisioner.health_step import HealthFact
+from provisioner.health_step import HealthFact, with_readiness
 from provisioner.spill_evidence import SpillCounts
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
 from provisioner.standby_step import interruption_step
@@ -246,9 +246,17 @@ class Controller:
                     log.debug("no early step: the store did not answer: %s", exc)
                     return []  # the next step finds out whether the store is back
                 windows = [Window(w.window_start, w.window_s, w.rate) for w in stored]
-                due = plan_early(
-                    windows, control.planned_rps, control.planned_at, now, self._next_step_at
-                )
+                at = (control.planned_rps, control.planned_at, now, self._next_step_at)
+                in_time = control.spill.in_time()
+                if plan_early(windows, *at, spill_in_time=in_time) is None:
+                    continue
+                # The load outran the plan: does it outrun the fleet too? (Listed only now.)
+                snap = self._snapshot(spec.name, now, await self.fleet.list())
+                view = self.health() if self.health is not None else None
+                if view is not None:
+                    snap = with_readiness(snap, view[0])
+                capacity = fleet_capacity(snap, self.state, self.config_for(spec))
+                due = plan_early(windows, *at, capacity_rps=capacity, spill_in_time=in_time)
                 if due is not None:
                     early[spec.name] = due
             if not early:

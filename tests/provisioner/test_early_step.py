@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
+from provisioner.control_state import ControlState, Member, Snapshot, StepConfig
 from provisioner.early_step import (
     EARLY_WINDOWS,
     Window,
     above_plan,
+    fleet_capacity,
     plan_early,
 )
+from provisioner.greedy import PlannerOption
 
 T = 1_000.0
 
@@ -66,3 +70,37 @@ def test_poisson_load_at_the_planned_rate_rarely_triggers() -> None:
 def test_no_early_step_in_the_window_before_a_regular_one() -> None:
     assert plan_early(windows([90.0, 95.0]), 50.0, T, T + 10.0, next_step_at=T + 14.0) is None
     assert plan_early(windows([90.0, 95.0]), 50.0, T, T + 10.0, next_step_at=T + 15.0) is not None
+
+
+def test_load_the_fleet_already_carries_plans_nothing_early() -> None:
+    """A fleet held through its cool-down carries the excursion: no step is needed."""
+    ws = windows([90.0, 95.0])
+    assert plan_early(ws, 50.0, T, T + 10.0, capacity_rps=100.0) is None
+    why = plan_early(ws, 50.0, T, T + 10.0, capacity_rps=60.0)
+    assert why is not None and "the fleet's 60.0 r/s" in why
+
+
+def test_fleet_capacity_counts_booting_instances_not_doomed_failing_or_standbys() -> None:
+    small = PlannerOption("c5.large", "on-demand", 0.085, 10.0, latency_s=0.01)
+
+    def member(iid: str, state: str = "ready", role: str = "serving") -> Member:
+        return Member(iid, "m", "c5.large", "on-demand", role, state, 0.0, 0.085)
+
+    fleet = (
+        member("ready"),
+        member("booting", "pending"),
+        member("backup", role="backup"),
+        member("failing", "failing"),
+        member("doomed"),
+        member("standby", role="standby"),
+        member("stopped", "stopped"),
+        replace(member("other"), model="n"),
+    )
+    snap = Snapshot("m", T, (), 0.0, (small,), fleet)
+    state = ControlState(doomed={"doomed": T + 120.0})
+    cfg = StepConfig(step_s=60.0, tau_steps=2, boot_s=120.0, pooled=False)
+    assert fleet_capacity(snap, state, cfg) == 30.0  # ready, booting, backup
+
+
+def test_no_early_step_while_spill_is_not_measured_in_time() -> None:
+    assert plan_early(windows([90.0, 95.0]), 50.0, T, T + 10.0, spill_in_time=False) is None
