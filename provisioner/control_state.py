@@ -175,6 +175,19 @@ class ControlState:
         return replace(self, models={**self.models, model: control})
 
 
+def counted_members(snap: Snapshot, state: ControlState) -> list[Member]:
+    """The model's instances a plan counts as its fleet: live serving and backup ones,
+    booting included, less those failing their probe and those with a spot notice."""
+    return [
+        m
+        for m in snap.mine()
+        if m.live
+        and m.state != "failing"
+        and m.role in SERVING_ROLES
+        and m.instance_id not in state.doomed
+    ]
+
+
 def forget_gone(
     state: ControlState, listed: Collection[str], models: Collection[str] | None = None
 ) -> ControlState:

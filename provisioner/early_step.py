@@ -39,7 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from provisioner.control_state import SERVING_ROLES, ControlState, Snapshot, StepConfig
+from provisioner.control_state import ControlState, Snapshot, StepConfig, counted_members
 from provisioner.pooling import capacity_in_pool
 
 EARLY_WINDOWS = 2
@@ -108,15 +108,7 @@ def fleet_capacity(snap: Snapshot, state: ControlState, cfg: StepConfig) -> floa
     them, booting ones included (the last plan counted on them), less those with a spot
     notice and those failing their probe."""
     by_key = {o.key: o for o in snap.options}
-    serving = [
-        m
-        for m in snap.mine()
-        if m.live
-        and m.state != "failing"
-        and m.role in SERVING_ROLES
-        and m.instance_id not in state.doomed
-        and m.key in by_key
-    ]
+    serving = [m for m in counted_members(snap, state) if m.key in by_key]
     n = len(serving)
     return sum(
         capacity_in_pool(by_key[m.key], n) if cfg.pooled else by_key[m.key].capacity_rps

@@ -31,13 +31,13 @@ from dataclasses import dataclass, replace
 
 from provisioner.capacity_target import capacity_target
 from provisioner.control_state import (
-    SERVING_ROLES,
     ControlState,
     Launch,
     Member,
     Note,
     Snapshot,
     StepConfig,
+    counted_members,
 )
 from provisioner.forecast_sanity import clip_forecast
 from provisioner.foreseen_rise import buy_ahead_chance, with_rises
@@ -95,14 +95,7 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
     forecast, clip = clip_forecast(ahead, snap.observed_peak, cfg.bounds)
     notes = [n for n in (rise,) if n is not None]
     notes += [Note("forecast-clipped", clip.why)] if clip is not None else []
-    mine = [
-        m
-        for m in snap.mine()
-        if m.live
-        and m.state != "failing"
-        and m.role in SERVING_ROLES
-        and m.instance_id not in state.doomed
-    ]
+    mine = counted_members(snap, state)
     running = [_running(m, by_key[m.key], now, cfg) for m in mine if m.key in by_key]
     planner = plan_pooled if cfg.pooled else plan_greedy
     target, _ = capacity_target(forecast, snap.window_minutes, cfg.spill_cost_per_request, options)
