@@ -59,6 +59,13 @@ def _threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+MIN_LEVEL_STD = 0.1
+"""Least spread of the log level the level feature is scaled by: a change of about 10 %
+is one unit. On a history of steady load the spread is counting noise (a few %), and a
++50 % surge scaled by it read as tens of units: day-old steady load then a surge made
+the forecast jump to 23,000 r/s from 160 (``--trace surge``)."""
+
+
 class _Net(nn.Module):
     def __init__(self, n_extra: int, hidden: int, horizon: int) -> None:
         super().__init__()
@@ -114,6 +121,7 @@ class LSTMForecaster(Forecaster):
         seed: int = 0,
         threads: int = 1,
         progress: bool = False,
+        min_level_std: float = MIN_LEVEL_STD,
     ) -> None:
         super().__init__()
         if horizon < 1 or lookback < level_minutes or level_minutes < 1:
@@ -133,6 +141,7 @@ class LSTMForecaster(Forecaster):
         self.seed = seed
         self.threads = threads
         self.progress = progress
+        self.min_level_std = min_level_std
         self.level_mean = 0.0
         self.level_std = 1.0
         self.report: TrainReport | None = None
@@ -153,6 +162,7 @@ class LSTMForecaster(Forecaster):
         keys = [
             *("horizon", "lookback", "hidden", "level_minutes", "under_weight", "epochs"),
             *("patience", "batch_size", "lr", "val_fraction", "seed", "threads"),
+            "min_level_std",
         ]
         return {key: getattr(self, key) for key in keys}
 
@@ -215,7 +225,7 @@ class LSTMForecaster(Forecaster):
         z = np.log1p(np.maximum(history.filled(), 0.0))
         levels = sliding_window_view(z, self.level_minutes).mean(axis=1)
         self.level_mean = float(levels.mean())
-        self.level_std = float(max(levels.std(), 1e-3))
+        self.level_std = float(max(levels.std(), self.min_level_std))
         s = self._samples(history, origins, with_target=True)
         keep = np.asarray(np.isfinite(s.target).any(axis=1))
         # Time-ordered split; drop `horizon` origins between so no target is shared.
@@ -308,6 +318,12 @@ class LSTMForecaster(Forecaster):
         return state
 
     def set_state(self, state: dict[str, FloatArray]) -> None:
+        if float(state["level_std"]) < self.min_level_std:
+            raise ForecasterError(
+                f"saved with its level scaled by a spread of {float(state['level_std']):.3g}, "
+                f"below the {self.min_level_std:g} a fit now uses (a surge after steady load "
+                "read as tens of deviations): refit"
+            )
         self.level_mean = float(state["level_mean"])
         self.level_std = float(state["level_std"])
         weights = {
