@@ -6,7 +6,7 @@ announces) is met by spill until instances boot, and a rise that begins just
 after a step waits up to P_u more before anything is bought: on EC2's 120 s
 boot that is up to a third of the time the rise is spilled. So between steps
 the shell asks ``plan_early`` on each closed P_s window: once ``EARLY_WINDOWS``
-windows in a row, all closed after the last plan, ran above the rate that plan
+windows in a row, all begun since the last plan, ran above the rate that plan
 was made for (its clipped forecast with foreseen rises, for the step under
 way) and above what the fleet carries, booting instances included, by more
 than counting noise, the shell runs the model's step at once.
@@ -53,7 +53,9 @@ NOISE_Z = 2.0
 
 @dataclass(frozen=True)
 class Window:
-    """One closed P_s window: when it began, how long it was, the requests per second."""
+    """One P_s window: when it began, how long it was, the requests per second. Only
+    windows closed by ``now`` and begun since the last plan (which saw none of them)
+    count."""
 
     start: float
     seconds: float

@@ -158,8 +158,9 @@ class Timings(_Strict):
     sample_window_s: float = Field(default=5, gt=0, description="P_s: arrival sample window")
     early_steps: bool = Field(
         default=True,
-        description="plan before the next P_u once two P_s windows in a row run above the "
-        "rate the last plan was made for (provisioner.early_step)",
+        description="plan before the next P_u once two P_s windows in a row run above both "
+        "the rate the last plan was made for and the fleet's capacity, while spill answers "
+        "within RT_max (provisioner.early_step)",
     )
     lead_time_s: float | None = Field(
         default=None,
