@@ -134,9 +134,19 @@ def _bound_notes(results: list[PolicyResult], sl_min: float) -> list[str]:
     lines = []
     for bound, names in _distinct_bounds(results):
         b = bound
-        lines.append(
+        head = (
             f"bound ${b.value:.2f} for {', '.join(names)} ({'+'.join(b.markets)}): no run in "
-            f"these markets meeting SL_min {sl_min:.0%} can cost less; the LP buys "
+            f"these markets meeting SL_min {sl_min:.0%} can cost less; "
+        )
+        if b.floor_binds:
+            lines.append(
+                head + "Lambda cannot answer within RT_max, so an instance is there, billed, "
+                "whenever a request is answered in time: that presence floor sets it "
+                f"(the LP alone: ${b.lp_value or 0.0:.2f})"
+            )
+            continue
+        lines.append(
+            head + "the LP buys "
             f"{', '.join(f'{k} {v:.1f} h' for k, v in sorted(b.instance_hours.items())) or 'none'}"
             f", {b.lambda_requests:,.0f} on Lambda, misses {b.missed:,.0f} of "
             f"{b.miss_budget:,} allowed"

@@ -123,6 +123,36 @@ the same ``Σ price·n`` (the floor's right side) and serves at least as much
 (``μ_*/price_* ≥ μ_o/price_o``); the growth and billing rows are homogeneous. Tests
 check the value is the same unpruned.
 
+The presence floor (where Lambda cannot answer in time)
+--------------------------------------------------------
+The LP lets a fraction of an instance serve a sparse load; a real instance is there
+whole, billed at least 60 s, or it serves nothing. Where no request can be answered in
+time but by an instance (Lambda's ``T_λ > RT_max``: NASNet, OpenNMT-ende), this gives a
+second bound, and the bound reported is the larger (both hold, so the maximum does).
+
+Take a run, clipped to the window as billed: ``[s', e')``, ``L = e' − s'``, billed
+``b = max(60, L)``. A window request ``r`` it answers in time is in a batch dispatched at
+``τ`` with ``r ≤ τ`` (its requests have arrived), ``s ≤ τ ≤ e`` (dispatched while it
+runs) and ``τ + T_n ≤ r + RT_max``; with ``t0 ≤ r < t_end`` that puts ``r`` in
+``D = [s' − RT_max, e']``, of length ``L + RT_max ≤ b·(1 + RT_max/60)`` (``b ≥ 60``,
+``b ≥ L``). Let ``φ = 60/(60 + RT_max)``. The union of every run's ``D`` falls into
+disjoint intervals (components) ``C``, and every request answered in time lies in one.
+The runs of a component are billed ``Σ b ≥ φ·Σ|D| ≥ φ·|C|``, and at least 60 s: so
+``≥ max(60, φ·span)``, ``span`` being the time from its first request answered in time
+to its last. A request in no component is missed.
+
+So any run meeting the SLO is a point of this problem: choose disjoint groups of
+consecutive requests (in arrival order) at ``max(60, φ·(t_k − t_a))`` seconds for the
+requests ``a..k`` (a component's first and last answered in time; components are
+disjoint in time, so their requests do not interleave, and the unanswered requests
+between them are only not counted as missed); every request in no group is missed, at
+most ``M``. Its cost in instance-seconds times the
+least hourly price of any offering that can answer in time is at most the run's EC2
+bill. For any ``λ ≥ 0``, ``min over groups [seconds + λ·missed] − λ·M`` is at most that
+problem's optimum (Lagrangian duality), and the minimum is an exact dynamic programme
+over the requests (``_cover_seconds``). ``presence_floor`` takes the best ``λ`` it finds;
+every ``λ`` gives a valid floor, so an inexact search only weakens it.
+
 What it leaves out (each only lowers it): boot time, forecast error, the
 planner's 98 %-quantile capacity, integer instances, queueing, cold starts, Lambda
 throttling beyond the concurrency, the fleet limit, spot interruptions.
@@ -133,7 +163,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -204,6 +234,15 @@ class Bound:
     slot_s: float
     solve_s: float
     status: str
+    presence_floor: float = 0.0
+    """The presence floor (module doc), 0 where Lambda answers in time; ``value`` is the
+    larger of it and the LP's optimum, ``lp_value``."""
+    lp_value: float | None = None
+
+    @property
+    def floor_binds(self) -> bool:
+        """Whether the presence floor, not the LP, sets ``value``."""
+        return self.presence_floor > 0.0 and self.presence_floor >= self.value
 
     def summary(self) -> dict[str, object]:
         """The figures, for JSON (an infeasible bound's value is None)."""
@@ -222,6 +261,10 @@ class Bound:
             "slot_s": self.slot_s,
             "solve_s": round(self.solve_s, 2),
             "status": self.status,
+            "presence_floor": round(self.presence_floor, 4),
+            "lp_value": None
+            if self.lp_value is None or not math.isfinite(self.lp_value)
+            else round(self.lp_value, 4),
         }
 
 
@@ -565,6 +608,80 @@ def system_bound(
     )
 
 
+def _cover_seconds(times: Sequence[float], weight: float, phi: float) -> float:
+    """``min over groups [instance-seconds + weight·missed]`` (module doc, the presence
+    floor): ``times`` sorted; a request in no group is missed; the group of requests
+    ``a..k`` costs ``max(60, φ·(t_k − t_a))``.
+
+    ``f[k]``, the least for the first ``k`` requests, never falls as ``k`` grows (cutting
+    a group short costs no more), so the best group ending at ``k`` whose cost is the flat
+    60 s starts where that reach begins; the longer ones cost ``φ(t_k − t_a)``, a running
+    minimum of ``f[a − 1] − φ·t_a``."""
+    reach = EC2_MINIMUM_S / phi  # a group costs 60 s while it spans at most this
+    f = [0.0]
+    best_lin = math.inf  # min over a before the flat reach of f[a − 1] − φ·t_a
+    a_flat = 0  # 0-based index of the first request within reach of the current one
+    for k, t in enumerate(times):
+        while times[a_flat] < t - reach:
+            best_lin = min(best_lin, f[a_flat] - phi * times[a_flat])
+            a_flat += 1
+        f.append(min(f[k] + weight, f[a_flat] + EC2_MINIMUM_S, phi * t + best_lin))
+    return f[-1]
+
+
+SEARCH_STEPS = 48
+"""Golden-section steps over λ: the floor is concave in λ; any λ is valid, more only tighten."""
+
+
+def presence_floor(
+    arrivals: NDArray[np.float64],
+    offerings: Sequence[BoundOffering],
+    *,
+    t0: float,
+    seconds: float,
+    rt_max_s: float,
+    miss_budget: int,
+    lam: LambdaTerms | None,
+    at_most: float = 0.0,
+) -> float:
+    """The presence floor in $ for the window ``[t0, t0 + seconds)`` of ``arrivals``
+    (module doc): 0 where Lambda answers in time or nothing can serve, and not computed
+    (0) when even one instance through the window, ``price·(seconds + 60)``, would not
+    exceed ``at_most`` (the LP's optimum: the floor could not raise the bound)."""
+    if not offerings or (lam is not None and lam.latency_s <= rt_max_s + SLO_EPS_S):
+        return 0.0
+    price = min(o.price_per_hour for o in offerings) / 3600.0
+    if price * (seconds + EC2_MINIMUM_S) <= at_most:
+        return 0.0
+    phi = EC2_MINIMUM_S / (EC2_MINIMUM_S + rt_max_s)
+    times = np.sort(arrivals[(arrivals >= t0) & (arrivals < t0 + seconds)]).tolist()
+    if not times:
+        return 0.0
+
+    def floor_at(weight: float) -> float:
+        return _cover_seconds(times, weight, phi) - weight * miss_budget
+
+    # A lone slot costs 60 s to cover, so past λ = 60 s per request covering every
+    # request is cheapest and the floor only falls: the maximum lies in [0, 60].
+    lo, hi = 0.0, EC2_MINIMUM_S
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = floor_at(a), floor_at(b)
+    best = max(floor_at(lo), floor_at(hi), fa, fb)
+    for _ in range(SEARCH_STEPS):
+        if fa < fb:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = floor_at(b)
+            best = max(best, fb)
+        else:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = floor_at(a)
+            best = max(best, fa)
+    return max(0.0, best) * price
+
+
 def window_bound(
     model: SimModel,
     catalog: Catalog,
@@ -586,14 +703,34 @@ def window_bound(
     counts = slot_counts(arrivals, t0, seconds, slot_s)
     budget = miss_budget(int(counts.sum()), model.sl_min)
     offerings = bound_offerings(model, catalog, markets, standby_types)
-    return system_bound(
+    allowed = budget if misses is None else max(budget, misses)
+    lam = lambda_terms(model, catalog, lambda_memory_mb, lambda_concurrency)
+    lp = system_bound(
         counts,
         offerings,
         rt_max_s=model.rt_max_s,
-        miss_budget=budget if misses is None else max(budget, misses),
-        lam=lambda_terms(model, catalog, lambda_memory_mb, lambda_concurrency),
+        miss_budget=allowed,
+        lam=lam,
         slot_s=slot_s,
         markets=markets,
         prune=prune,
         batch_price=batch_prices(np.sort(arrivals), t0, seconds, slot_s, offerings, model.rt_max_s),
     )
+    floor = presence_floor(
+        arrivals,
+        offerings,
+        t0=t0,
+        seconds=seconds,
+        rt_max_s=model.rt_max_s,
+        miss_budget=allowed,
+        lam=lam,
+        at_most=lp.value,
+    )
+    return with_presence_floor(lp, floor)
+
+
+def with_presence_floor(lp: Bound, floor: float) -> Bound:
+    """The bound as the larger of the LP's optimum and the presence floor (all EC2)."""
+    if not math.isfinite(lp.value) or floor <= lp.value:
+        return replace(lp, presence_floor=floor, lp_value=lp.value)
+    return replace(lp, value=floor, instance_cost=floor, presence_floor=floor, lp_value=lp.value)

@@ -17,15 +17,18 @@ from mark.sim.bound import (
     BoundError,
     BoundOffering,
     LambdaTerms,
+    _cover_seconds,
     batch_prices,
     bound_offerings,
     lambda_terms,
     miss_budget,
     per_request_floor,
+    presence_floor,
     prune_dominated,
     slo_rate,
     slot_counts,
     system_bound,
+    window_bound,
 )
 from mark.sim.compare import compare
 from mark.sim.models import SimModel, paper_model
@@ -331,7 +334,7 @@ EPOCH = 1_700_000_000.0
 HISTORY_S = 2 * 3600
 
 
-def _tiny_model() -> SimModel:
+def _tiny_model(lambda_t1_s: float = 0.4) -> SimModel:
     return SimModel(
         name="tiny",
         rt_max_s=0.6,
@@ -340,7 +343,7 @@ def _tiny_model() -> SimModel:
             "c5.large": BatchLatency(((1, 0.2),)),
             "c5.xlarge": BatchLatency(((1, 0.1), (4, 0.25))),
         },
-        lambda_t1_s=0.4,
+        lambda_t1_s=lambda_t1_s,
         standby_t1_s=0.2,
     )
 
@@ -384,3 +387,129 @@ async def test_no_simulated_policy_costs_less_than_the_bound(load: np.ndarray, s
     by_name = {r.policy: r for r in results}
     assert by_name["mark"].bound is by_name["sagemaker"].bound is by_name["clairvoyant"].bound
     assert by_name["mark-spot"].bound is not by_name["mark"].bound
+
+
+# -- the presence floor (Lambda too slow for RT_max) -------------------------------
+
+SLOW_LAMBDA = LambdaTerms(latency_s=1.0, cost_per_request=2e-5, concurrency=1000)
+PHI = 60.0 / (60.0 + RT)
+
+
+def _floor(times: list[float], budget: int, lam: LambdaTerms | None = SLOW_LAMBDA) -> float:
+    return presence_floor(
+        np.asarray(times),
+        [ONE],
+        t0=0.0,
+        seconds=10_000.0,
+        rt_max_s=RT,
+        miss_budget=budget,
+        lam=lam,
+    )
+
+
+def test_two_requests_far_apart_pay_a_billed_minute_each() -> None:
+    """1,000 s apart: two runs of 60 s beat one of ~1,000 s; with one miss allowed, one."""
+    per_s = ONE.price_per_hour / 3600.0
+    assert _floor([100.0, 1100.0], 0) == pytest.approx(120 * per_s)
+    assert _floor([100.0, 1100.0], 1) == pytest.approx(60 * per_s)
+    assert _floor([100.0, 1100.0], 2) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_request_every_half_minute_pays_a_billed_minute_per_three() -> None:
+    """A request every 30 s for an hour: a run billed its one minute answers three (at
+    0, 30 and 60 s of it), and the next 30 s need no instance. 40 such runs (2,400 s)
+    beat one run through the hour (φ·3,570 s) and runs of four (φ·90 s per 120 s)."""
+    times = [30.0 * i for i in range(120)]
+    assert _floor(times, 0) == pytest.approx(40 * 60 * ONE.price_per_hour / 3600.0)
+    assert _floor(times, 0) < PHI * 3570 * ONE.price_per_hour / 3600.0
+
+
+def test_no_floor_where_lambda_answers_in_time() -> None:
+    assert _floor([100.0, 1100.0], 0, lam=LAMBDA) == 0.0
+    assert _floor([100.0, 1100.0], 0, lam=None) > 0.0
+
+
+def _brute_cover(times: list[float], weight: float) -> float:
+    """Every way to split the requests into skipped ones and runs of consecutive ones."""
+    best = math.inf
+    n = len(times)
+
+    def go(i: int, acc: float) -> None:
+        nonlocal best
+        if i == n:
+            best = min(best, acc)
+            return
+        go(i + 1, acc + weight)
+        for k in range(i, n):
+            go(k + 1, acc + max(60.0, PHI * (times[k] - times[i])))
+
+    go(0, 0.0)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_programme_is_exact_and_the_floor_below_the_best_cover(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    times = sorted(rng.uniform(0, 400, 8).tolist())
+    for weight in (0.0, 7.0, 30.0, 60.0):
+        assert _cover_seconds(times, weight, PHI) == pytest.approx(_brute_cover(times, weight))
+    per_s = ONE.price_per_hour / 3600.0
+    for budget in range(3):
+        # The constrained optimum by brute force: the cheapest cover missing ≤ budget.
+        best = math.inf
+        for mask in range(1 << len(times)):
+            kept = [t for b, t in enumerate(times) if mask >> b & 1]
+            if len(times) - len(kept) <= budget:
+                best = min(best, _brute_cover(kept, math.inf) if kept else 0.0)
+        got = _floor(times, budget)
+        assert got <= best * per_s + 1e-12
+        if budget == 0:
+            assert got == pytest.approx(best * per_s)  # λ = 60 s per request is exact
+
+
+def test_the_bound_is_the_larger_of_the_lp_and_the_floor() -> None:
+    """OpenNMT-ende (Lambda 3.1 s, RT_max 1.4 s) at 0.05 r/s for an hour: the LP charges
+    a sliver of an instance, the floor one instance most of the hour."""
+    model = paper_model("opennmt-ende")
+    catalog = load_catalog()
+    rng = np.random.default_rng(3)
+    arrivals = np.sort(rng.uniform(0, 3600, 180))
+    b = window_bound(model, catalog, arrivals, t0=0.0, seconds=3600.0, markets=["on-demand"])
+    cheapest = min(o.price_per_hour for o in bound_offerings(model, catalog, ["on-demand"]))
+    assert b.lp_value is not None and b.lp_value < b.presence_floor
+    assert b.floor_binds and b.value == b.presence_floor == b.instance_cost
+    assert 0.5 * cheapest < b.value <= cheapest * (3600 + 60) / 3600
+
+
+@st.composite
+def _sparse_loads(draw: st.DrawFn) -> np.ndarray:
+    """A few minutes of a load of a few requests per second, with quiet spells."""
+    piece = st.tuples(st.integers(30, 240), st.sampled_from([0.0, 0.05, 0.3, 1.0, 3.0]))
+    return np.concatenate([np.full(d, r) for d, r in draw(st.lists(piece, min_size=1, max_size=5))])
+
+
+@settings(
+    max_examples=5,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(load=_sparse_loads(), seed=st.integers(0, 100))
+async def test_where_lambda_is_too_slow_no_policy_costs_less_than_the_floor(
+    load: np.ndarray, seed: int
+) -> None:
+    """Lambda at 1 s against RT_max 0.6 s: only instances answer in time, and the bound
+    (the larger of the LP and the presence floor) still holds for every simulated run."""
+    seconds = int(load.size)
+    per_second = np.concatenate([np.full(HISTORY_S, max(float(load[0]), 0.1)), load])
+    w = Workload("sparse", per_second, EPOCH, HISTORY_S, seconds)
+    cfg = SimConfig(warmup_s=300, seed=seed, boot_s=60, milp_time_limit_s=5)
+    names = ("mark", "mark-spot", "clairvoyant")
+    model = _tiny_model(lambda_t1_s=1.0)
+    results = await compare(w, model, [POLICIES[n] for n in names], cfg, forecaster=None)
+    for r in results:
+        assert r.bound is not None
+        b = r.bound_own if r.missed > r.bound.miss_budget else r.bound
+        assert b is not None
+        assert b.lp_value is not None and b.value >= b.lp_value
+        assert r.total_cost >= b.value * (1 - 1e-6) - 1e-9, (r.policy, r.total_cost, b)
