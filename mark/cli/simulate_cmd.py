@@ -302,7 +302,8 @@ def simulate(
     early_steps: bool = typer.Option(
         True,
         help="mark policies: plan before the next minute once two 5 s windows in a row run "
-        "above the rate the last plan was made for (the daemon's default)",
+        "above both the rate the last plan was made for and what the fleet carries, while "
+        "spill answers within RT_max (the daemon's default, timings.early_steps)",
     ),
     warmup_s: float = typer.Option(900.0, help="simulated before the window, not counted"),
     seed: int = typer.Option(0, help="seed of the arrivals and interruptions"),

@@ -238,8 +238,9 @@ class Controller:
             early: dict[str, str] = {}
             for spec in self.settings.models:
                 control = self.state.of(spec.name)
-                if not math.isfinite(control.planned_at):
-                    continue
+                in_time = control.spill.in_time()
+                if not math.isfinite(control.planned_at) or not in_time:
+                    continue  # (no early step without in-time spill: spare the store the read)
                 try:
                     stored = await self.store.arrivals(spec.name, control.planned_at, now)
                 except (StoreError, SQLAlchemyError, OSError) as exc:
@@ -247,7 +248,6 @@ class Controller:
                     return []  # the next step finds out whether the store is back
                 windows = [Window(w.window_start, w.window_s, w.rate) for w in stored]
                 at = (control.planned_rps, control.planned_at, now, self._next_step_at)
-                in_time = control.spill.in_time()
                 if plan_early(windows, *at, spill_in_time=in_time) is None:
                     continue
                 # The load outran the plan: does it outrun the fleet too? (Listed only now.)
