@@ -77,6 +77,9 @@ class StepConfig:
     unavailable_ttl_s: float = 180.0
     pooled: bool = True
     """Plan at pooled per-instance capacity (``provisioner.pooling``), not stand-alone."""
+    pool_for_rises: bool = True
+    """Where not ``pooled``, pool at capacity that carries the history's worst rise
+    (``provisioner.rise_headroom``; ``planner.pooled_capacity = "auto"``)."""
     spill_cost_per_request: float | None = None
     """Spill's measured price when the plan may leave each step's peak to it
     (``provisioner.capacity_target``); None: plan for the peak."""
@@ -105,6 +108,9 @@ class Snapshot:
     (``provisioner.foreseen_rise``); empty when none is foreseen."""
     rise_rate: tuple[float, ...] = ()
     """Per control step, the rate that rise would bring (requests/s)."""
+    worst_rise: float | None = None
+    """The largest rise within one lead time in the model's history
+    (``provisioner.rise_headroom``); None: too little history to tell."""
 
     def mine(self) -> list[Member]:
         return [m for m in self.fleet if m.model == self.model]

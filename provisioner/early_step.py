@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from provisioner.control_state import ControlState, Snapshot, StepConfig, counted_members
 from provisioner.pooling import capacity_in_pool
+from provisioner.rise_headroom import planning_options, pools
 
 EARLY_WINDOWS = 2
 """Consecutive P_s windows above the planned rate before planning early. One window
@@ -109,10 +110,11 @@ def fleet_capacity(snap: Snapshot, state: ControlState, cfg: StepConfig) -> floa
     """What the model's live serving and backup instances carry as the planner rates
     them, booting ones included (the last plan counted on them), less those with a spot
     notice and those failing their probe."""
-    by_key = {o.key: o for o in snap.options}
+    by_key = {o.key: o for o in planning_options(snap, cfg)}
     serving = [m for m in counted_members(snap, state) if m.key in by_key]
     n = len(serving)
+    pooled = pools(snap, cfg)
     return sum(
-        capacity_in_pool(by_key[m.key], n) if cfg.pooled else by_key[m.key].capacity_rps
+        capacity_in_pool(by_key[m.key], n) if pooled else by_key[m.key].capacity_rps
         for m in serving
     )

@@ -30,6 +30,7 @@ from provisioner.control_state import (
 )
 from provisioner.greedy import PlannerOption
 from provisioner.pooling import capacity_in_pool
+from provisioner.rise_headroom import planning_options, pools
 from provisioner.spot import (
     SpotHolding,
     Standby,
@@ -41,9 +42,10 @@ from provisioner.spot import (
 from provisioner.step import price_within_rails
 
 
-def member_capacity(option: PlannerOption, pool: int, cfg: StepConfig) -> float:
-    """What one instance carries in a serving pool of ``pool``, as the planner counts it."""
-    return capacity_in_pool(option, pool) if cfg.pooled else option.capacity_rps
+def member_capacity(option: PlannerOption, pool: int, pooled: bool) -> float:
+    """What one instance carries in a serving pool of ``pool``, as the planner counts it
+    (``pooled``: ``rise_headroom.pools``; ``option`` as ``planning_options`` rates it)."""
+    return capacity_in_pool(option, pool) if pooled else option.capacity_rps
 
 
 def standby_pool_step(
@@ -63,6 +65,7 @@ def standby_pool_step(
     if cap <= 0 or cfg.standby_type is None:
         return None, None, []
     by_key = {o.key: o for o in snap.options}
+    rated = {o.key: o for o in planning_options(snap, cfg)}
     standbys = [m for m in snap.mine() if m.role == "standby" and m.state != "terminated"]
     holdings: dict[tuple[str, str], int] = {}
     for m in serving:
@@ -100,7 +103,8 @@ def standby_pool_step(
         and snap.now >= m.launched_at + cfg.boot_s  # booted and serving, not just "running"
         and m.key in by_key
     ]
-    ready = sum(member_capacity(by_key[m.key], len(booted), cfg) for m in booted)
+    pooled = pools(snap, cfg)
+    ready = sum(member_capacity(rated[m.key], len(booted), pooled) for m in booted)
     need = max(0.0, load_now - ready)
     active = [Standby(m.instance_id, cap) for m in standbys if m.state in ("running", "ready")]
     held = snap.now < state.of(snap.model).hold_standbys_until
@@ -146,7 +150,7 @@ def interruption_step(
     reclaim_at = action_at if action_at is not None else now + 120.0
     opt = next((o for o in snap.options if o.key == victim.key), None)
     serving = sum(1 for m in snap.mine() if m.live and m.role in SERVING_ROLES)
-    lost = member_capacity(opt, serving, cfg) if opt is not None else 0.0
+    lost = member_capacity(opt, serving, cfg.pooled) if opt is not None else 0.0
     response = on_interruption_notice(
         victim.key, lost, _stopped_standbys(snap, cfg), state.avoid, now
     )

@@ -44,6 +44,7 @@ from provisioner.foreseen_rise import buy_ahead_chance, with_rises
 from provisioner.greedy import OptionKey, Plan, PlannerOption, RunningInstance, plan_greedy
 from provisioner.guards import FleetInstance, GuardState, RawDecision, apply_guards
 from provisioner.pooling import plan_pooled
+from provisioner.rise_headroom import planning_options, pools
 from provisioner.slo_monitor import (
     BackupLaunch,
     SloMonitorConfig,
@@ -89,15 +90,16 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
     """Plan, guard and rail one model's fleet; raises ``NoFeasibleOption`` if nothing can serve."""
     now = snap.now
     control = state.of(snap.model)
-    by_key = {o.key: o for o in snap.options}
-    options = avoid_interrupted(list(snap.options), state.avoid, now)
+    offered = planning_options(snap, cfg)
+    by_key = {o.key: o for o in offered}
+    options = avoid_interrupted(list(offered), state.avoid, now)
     ahead, rise = foreseen_rises(snap, cfg, options)
     forecast, clip = clip_forecast(ahead, snap.observed_peak, cfg.bounds)
     notes = [n for n in (rise,) if n is not None]
     notes += [Note("forecast-clipped", clip.why)] if clip is not None else []
     mine = counted_members(snap, state)
     running = [_running(m, by_key[m.key], now, cfg) for m in mine if m.key in by_key]
-    planner = plan_pooled if cfg.pooled else plan_greedy
+    planner = plan_pooled if pools(snap, cfg) else plan_greedy
     target, _ = capacity_target(forecast, snap.window_minutes, cfg.spill_cost_per_request, options)
     plan = planner(
         target,

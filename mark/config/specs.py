@@ -309,7 +309,9 @@ class PlannerSpec(_Strict):
         "(provisioner/pooling.py); false plans with stand-alone capacities as the paper. "
         "A pool runs close to saturation and leans on the Bouncer spilling its transient "
         "overload to Lambda, so auto pools while the model's spilled requests are measured "
-        "to answer within RT_max, most of them (provisioner/spill_evidence.py)",
+        "to answer within RT_max, most of them (provisioner/spill_evidence.py); otherwise, "
+        "once the history shows the largest rise within a boot time, at pooled capacity "
+        "divided by that rise and never below stand-alone (provisioner/rise_headroom.py)",
     )
     spill_capacity_target: bool = Field(
         default=True,

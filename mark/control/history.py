@@ -21,6 +21,7 @@ from mark.state.records import ArrivalWindow
 from predictor.base import Forecaster, History
 from predictor.baselines import PaperFallback
 from predictor.online import COLD_START_WINDOW, OnlinePredictor
+from provisioner.rise_headroom import worst_rise
 
 
 def max_rate_per_minute(
@@ -46,6 +47,9 @@ class StepForecast(NamedTuple):
     """The chance a rise the forecast leaves out is under way (empty: none foreseen)."""
     rise_rate: list[float]
     """The rate that rise would bring."""
+    worst_rise: float | None = None
+    """The largest rise within the lead time the history shows
+    (``provisioner.rise_headroom.worst_rise``); None: too little history."""
 
 
 def cold_start_forecaster() -> Forecaster:
@@ -97,14 +101,18 @@ class LoadHistory:
                 grouped.setdefault(int((w.window_start - start) // 60.0), []).append(w.rate)
         return [grouped[k] for k in sorted(grouped)]
 
-    async def forecast(self, model: str, now: float, steps: int) -> StepForecast:
+    async def forecast(
+        self, model: str, now: float, steps: int, lead_minutes: int = 0
+    ) -> StepForecast:
         """The forecast max rate for each of the next ``steps`` control steps (P_u each),
         the highest rate observed in the history it was made from, and the rises the
         forecaster foresees beside it (``Forecaster.rises``).
 
-        Forecasters speak per minute; with P_u < 60 s each minute's value covers
-        the steps inside it, so the planner's τ and cool-down arithmetic, which
-        count in steps, read the forecast on the right time axis.
+        With ``lead_minutes``, also the largest rise within that many minutes the
+        history shows (``provisioner.rise_headroom``). Forecasters speak per minute;
+        with P_u < 60 s each minute's value covers the steps inside it, so the
+        planner's τ and cool-down arithmetic, which count in steps, read the forecast
+        on the right time axis.
         """
         start, values = await self.minutes(model, now)
         history = History(
@@ -112,8 +120,9 @@ class LoadHistory:
         )
         observed = history.observed
         peak = float(observed.max()) if observed.size else 0.0
+        rise = worst_rise(values, lead_minutes) if lead_minutes > 0 else None
         if peak <= 0.0:  # nothing seen yet, or only idle minutes: no load to plan for
-            return StepForecast([0.0] * steps, peak, [], [])
+            return StepForecast([0.0] * steps, peak, [], [], rise)
         per_minute_count = math.ceil(steps * self.step_s / 60.0)
         online = self.predictors.get(model)
         if online is None:
@@ -134,9 +143,13 @@ class LoadHistory:
             ]
 
         if rises is None:
-            return StepForecast(per_step(list(raw)), peak, [], [])
+            return StepForecast(per_step(list(raw)), peak, [], [], rise)
         return StepForecast(
-            per_step(list(raw)), peak, per_step(list(rises.chance)), per_step(list(rises.rate))
+            per_step(list(raw)),
+            peak,
+            per_step(list(rises.chance)),
+            per_step(list(rises.rate)),
+            rise,
         )
 
     async def _fit_history(self, model: str, now: float, history: History) -> History:

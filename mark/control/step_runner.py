@@ -6,6 +6,7 @@ backups. The decisions are all pure steps; this is their order and their effects
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -75,7 +76,8 @@ async def run_plan_step(
     """
     model = spec.name
     live = [i for i in everything if i.state in LIVE]
-    seen = await history.forecast(model, now, cfg.window_steps)
+    lead = math.ceil(cfg.tau_steps * cfg.step_s / 60.0 - 1e-9)
+    seen = await history.forecast(model, now, cfg.window_steps, lead_minutes=lead)
     forecast, peak = seen.values, seen.peak
     price = recorder.price
     shape = history.window_minutes(model, now)
@@ -91,6 +93,7 @@ async def run_plan_step(
             fixed_hourly,
             shape,
             rises=(seen.rise_chance, seen.rise_rate),
+            worst_rise=seen.worst_rise,
         ),
         facts,
     )
@@ -130,7 +133,18 @@ async def run_plan_step(
             break
         live = [i for i in await reconciler.fleet.list() if i.state in LIVE]
         snap = _ready(
-            snapshot(model, now, live, price, options, result.forecast, peak, fixed_hourly, shape),
+            snapshot(
+                model,
+                now,
+                live,
+                price,
+                options,
+                result.forecast,
+                peak,
+                fixed_hourly,
+                shape,
+                worst_rise=seen.worst_rise,
+            ),
             facts,
         )
     assert result is not None
@@ -167,7 +181,17 @@ async def run_plan_step(
         notes += explored
     serving = [*(infos[i] for i in counted if i in infos), *launched]
     notes += await _standbys(
-        snapshot(model, now, everything, price, options, result.forecast, peak, fixed_hourly),
+        snapshot(
+            model,
+            now,
+            everything,
+            price,
+            options,
+            result.forecast,
+            peak,
+            fixed_hourly,
+            worst_rise=seen.worst_rise,
+        ),
         state,
         cfg,
         serving,

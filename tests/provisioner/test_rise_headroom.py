@@ -1,0 +1,96 @@
+"""Pooled capacity where spill cannot answer in time (``provisioner.rise_headroom``): the
+worst rise the history shows within a lead time, and the fleet planned to carry it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from provisioner.control_state import ControlState, Snapshot, StepConfig
+from provisioner.greedy import PlannerOption
+from provisioner.guards import GuardConfig
+from provisioner.pooling import capacity_in_pool
+from provisioner.rise_headroom import LEVEL_MINUTES, absorbing, worst_rise
+from provisioner.step import plan_step
+
+# Alone 0.5 r/s, 4 r/s each in a pool of 8 or more (a GPU batching behind a tight RT_max).
+GPU = PlannerOption(
+    "p2.xlarge", "on-demand", 0.9, 0.5, latency_s=0.5, pool=((2, 1.0), (4, 2.5), (8, 4.0))
+)
+CFG = StepConfig(
+    step_s=60.0,
+    tau_steps=2,
+    boot_s=120.0,
+    window_steps=5,
+    guard=GuardConfig(cooldown_s=120.0, billing_minimum_s=60.0),
+    pooled=False,  # spill is not measured to answer in time
+)
+
+
+def test_a_flat_history_has_no_rise_and_a_step_shows_its_ratio() -> None:
+    flat = [10.0] * 60
+    assert worst_rise(flat, 2) == 1.0
+    stepped = [10.0] * 30 + [30.0] * 30
+    assert worst_rise(stepped, 2) == pytest.approx(3.0)
+    # A fall is no rise; a rise further ahead than the lead is not counted at its start.
+    assert worst_rise([30.0] * 30 + [10.0] * 30, 2) == 1.0
+
+
+def test_the_level_is_the_median_so_one_spike_before_a_minute_does_not_hide_a_rise() -> None:
+    x = [10.0] * 20 + [40.0] + [10.0] * 5 + [25.0] * 10
+    assert worst_rise(x, 2) == pytest.approx(4.0)  # the spike itself, from a level of 10
+    assert worst_rise(x[21:], 2) is not None
+
+
+def test_too_little_or_unobserved_or_idle_history_tells_nothing() -> None:
+    assert worst_rise([5.0] * (LEVEL_MINUTES + 1), 2) is None
+    assert worst_rise([math.nan] * 40, 2) is None
+    assert worst_rise([0.0] * 40, 2) is None
+    # Unobserved minutes are skipped, not read as a rise from nothing.
+    x = [10.0] * 20 + [math.nan] * 5 + [10.0] * 20
+    assert worst_rise(x, 2) == 1.0
+
+
+def test_absorbing_divides_the_pool_and_keeps_the_stand_alone_floor() -> None:
+    got = absorbing(GPU, 2.0)
+    assert got.capacity_rps == GPU.capacity_rps
+    assert got.pool == ((2, 0.5), (4, 1.25), (8, 2.0))
+    assert absorbing(GPU, 100.0).pool == ((2, 0.5), (4, 0.5), (8, 0.5))
+    no_pool = replace(GPU, pool=())
+    assert absorbing(no_pool, 2.0) is no_pool
+
+
+def _fleet_for(rate: float, worst: float | None) -> int:
+    snap = Snapshot("m", 0.0, (rate,) * 5, rate, (GPU,), (), worst_rise=worst)
+    step = plan_step(snap, ControlState(), CFG, 1.0)
+    return sum(launch.count for launch in step.launches)
+
+
+def test_without_in_time_spill_the_fleet_carries_the_worst_rise_not_each_alone() -> None:
+    alone = _fleet_for(8.0, None)  # no history: stand-alone, 0.5 r/s each
+    assert alone == 16
+    sizes = [_fleet_for(8.0, r) for r in (1.0, 1.5, 2.0, 3.0)]
+    assert sizes == sorted(sizes) and sizes[-1] < alone  # more rise, more instances
+    for rise, n in zip((1.0, 1.5, 2.0, 3.0), sizes, strict=True):
+        # The plan holds at its own pool size, and that pool carries the rise.
+        assert n * capacity_in_pool(absorbing(GPU, rise), n) >= 8.0 - 1e-9
+        assert n * capacity_in_pool(GPU, n) >= rise * 8.0 - 1e-9
+    # A rise beyond what pooling gains: stand-alone again.
+    assert _fleet_for(8.0, 8.0) == _fleet_for(8.0, 100.0) == alone
+
+
+def test_where_spill_answers_in_time_the_rise_changes_nothing() -> None:
+    cfg = replace(CFG, pooled=True)
+    snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), ())
+    plain = plan_step(snap, ControlState(), cfg, 1.0)
+    with_rise = plan_step(replace(snap, worst_rise=3.0), ControlState(), cfg, 1.0)
+    assert plain.launches == with_rise.launches
+
+
+def test_stand_alone_as_configured_stays_stand_alone() -> None:
+    """``planner.pooled_capacity = false`` (the paper's planner): no pooling for rises."""
+    snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), (), worst_rise=2.0)
+    step = plan_step(snap, ControlState(), replace(CFG, pool_for_rises=False), 1.0)
+    assert sum(launch.count for launch in step.launches) == 16
