@@ -13,7 +13,9 @@ Where spill cannot answer in time, the excess of a rise is misses, so the fleet 
 carry the rise itself until the instances bought for it serve. Planning every
 instance at ``max(alone, pooled / R)``, with ``R`` the largest rise the model's own
 history shows within one lead time (the boot), buys a pooled fleet that carries
-``R`` times the planned load, and never fewer instances than the stand-alone plan.
+``R`` times the planned load, and never more instances than the stand-alone plan.
+Whatever counts the fleet as the plan does (the standby pool, the early step's fleet
+capacity) rates it through ``planning_options`` and ``pools`` too.
 ``R`` is measured, per minute ``t`` of the history, as the highest per-minute peak in
 the ``lead`` minutes after ``t`` over the median peak of the ``LEVEL_MINUTES`` up to
 ``t`` (what a forecast made at ``t`` would be near), and the largest over the
