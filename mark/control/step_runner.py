@@ -81,22 +81,29 @@ async def run_plan_step(
     forecast, peak = seen.values, seen.peak
     price = recorder.price
     shape = history.window_minutes(model, now)
-    snap = _ready(
-        snapshot(
+
+    def view(
+        fleet: Sequence[InstanceInfo],
+        planned: Sequence[float],
+        minutes: Sequence[Sequence[float]] = (),
+        rises: tuple[Sequence[float], Sequence[float]] = ((), ()),
+    ) -> Snapshot:
+        """The model's snapshot of ``fleet`` with ``planned`` as its forecast."""
+        return snapshot(
             model,
             now,
-            live,
+            fleet,
             price,
             options,
-            forecast,
+            planned,
             peak,
             fixed_hourly,
-            shape,
-            rises=(seen.rise_chance, seen.rise_rate),
+            minutes,
+            rises=rises,
             worst_rise=seen.worst_rise,
-        ),
-        facts,
-    )
+        )
+
+    snap = _ready(view(live, forecast, shape, (seen.rise_chance, seen.rise_rate)), facts)
     launched: list[InstanceInfo] = []
     notes: list[Note] = [Note("early-step", early)] if early is not None else []
     failed = 0
@@ -132,21 +139,7 @@ async def run_plan_step(
             )
             break
         live = [i for i in await reconciler.fleet.list() if i.state in LIVE]
-        snap = _ready(
-            snapshot(
-                model,
-                now,
-                live,
-                price,
-                options,
-                result.forecast,
-                peak,
-                fixed_hourly,
-                shape,
-                worst_rise=seen.worst_rise,
-            ),
-            facts,
-        )
+        snap = _ready(view(live, result.forecast, shape), facts)
     assert result is not None
     retire, held_note = retirements(result.retire, failed)
     if held_note is not None:
@@ -181,17 +174,7 @@ async def run_plan_step(
         notes += explored
     serving = [*(infos[i] for i in counted if i in infos), *launched]
     notes += await _standbys(
-        snapshot(
-            model,
-            now,
-            everything,
-            price,
-            options,
-            result.forecast,
-            peak,
-            fixed_hourly,
-            worst_rise=seen.worst_rise,
-        ),
+        view(everything, result.forecast),
         state,
         cfg,
         serving,
