@@ -82,11 +82,29 @@ def absorbing(option: PlannerOption, rise: float) -> PlannerOption:
     )
 
 
+def lead_minutes(cfg: StepConfig) -> int:
+    """The lead a rise is measured over: the steps until a launch serves
+    (``tau_steps``), in whole minutes."""
+    return math.ceil(cfg.tau_steps * cfg.step_s / 60.0 - 1e-9)
+
+
 def pools(snap: Snapshot, cfg: StepConfig) -> bool:
     """Whether the plan rates instances in a pool: as configured or with spill in time
     (``cfg.pooled``), or (``cfg.pool_for_rises``) at capacity that carries the history's
     worst rise."""
     return cfg.pooled or (cfg.pool_for_rises and snap.worst_rise is not None)
+
+
+def rating(snap: Snapshot, cfg: StepConfig) -> str:
+    """How the plan rates each instance, in words for ``mark plan --explain``."""
+    if cfg.pooled:
+        return "in a pool (spill answers in time, or as configured)"
+    if cfg.pool_for_rises and snap.worst_rise is not None:
+        return (
+            f"in a pool carrying the history's worst rise, x{snap.worst_rise:.2f} within "
+            f"{lead_minutes(cfg)} min, never below alone (spill is not measured in time)"
+        )
+    return "alone (its own queue)"
 
 
 def planning_options(snap: Snapshot, cfg: StepConfig) -> list[PlannerOption]:

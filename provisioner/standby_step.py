@@ -148,9 +148,9 @@ def interruption_step(
         return None
     now = snap.now
     reclaim_at = action_at if action_at is not None else now + 120.0
-    opt = next((o for o in snap.options if o.key == victim.key), None)
+    opt = next((o for o in planning_options(snap, cfg) if o.key == victim.key), None)
     serving = sum(1 for m in snap.mine() if m.live and m.role in SERVING_ROLES)
-    lost = member_capacity(opt, serving, cfg.pooled) if opt is not None else 0.0
+    lost = member_capacity(opt, serving, pools(snap, cfg)) if opt is not None else 0.0
     response = on_interruption_notice(
         victim.key, lost, _stopped_standbys(snap, cfg), state.avoid, now
     )

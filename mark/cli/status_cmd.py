@@ -167,9 +167,11 @@ def plan(
                     console.print(f"  · held {iid}: {why}", highlight=False)
                 for label, capacity, source in p.explanation.get("offerings", []):
                     console.print(
-                        f"  · offering {label}: {capacity:.1f} r/s within the SLO, "
+                        f"  · offering {label}: {capacity:.1f} r/s within the SLO alone, "
                         f"profile {source}",
                         highlight=False,
                     )
+                if "rated" in p.explanation:
+                    console.print(f"  · each instance rated {p.explanation['rated']}")
 
     run_async(go())

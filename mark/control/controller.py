@@ -65,6 +65,7 @@ from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, 
 from provisioner.early_step import Window, fleet_capacity, plan_early
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact, with_readiness
+from provisioner.rise_headroom import lead_minutes
 from provisioner.spill_evidence import SpillCounts
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
 from provisioner.standby_step import interruption_step
@@ -346,7 +347,13 @@ class Controller:
             self._parts.reconciler,
         )
 
-    def _snapshot(self, model: str, now: float, fleet: Sequence[InstanceInfo]) -> Snapshot:
+    def _snapshot(
+        self,
+        model: str,
+        now: float,
+        fleet: Sequence[InstanceInfo],
+        worst_rise: float | None = None,
+    ) -> Snapshot:
         return snapshot(
             model,
             now,
@@ -354,7 +361,16 @@ class Controller:
             self.price,
             self.options.get(model, ()),
             fixed_hourly=self.fixed_hourly,
+            worst_rise=worst_rise,
         )
+
+    async def _worst_rise(self, model: str, now: float, cfg: StepConfig) -> float | None:
+        """The history's worst rise (``rise_headroom``), so a task outside the step rates
+        the fleet as the plan does; None (stand-alone) while the store does not answer."""
+        try:
+            return await self._parts.history.worst_rise(model, now, lead_minutes(cfg))
+        except (StoreError, SQLAlchemyError, OSError):
+            return None
 
     async def record_spills(self, spills: Mapping[str, SpillCounts]) -> None:
         """Spilled requests that ended since the last call, per model: how many, how many
@@ -419,8 +435,9 @@ class Controller:
                 return []
             if inst.model not in {m.name for m in self.settings.models}:
                 return []
-            snap = self._snapshot(inst.model, now, fleet)
             cfg = self.config_for(self.settings.model(inst.model))
+            rise = await self._worst_rise(inst.model, now, cfg)
+            snap = self._snapshot(inst.model, now, fleet, rise)
             res = interruption_step(snap, self.state, cfg, inst.instance_id, notice.action_at)
             if res is None:  # a repeat: only what an earlier notice still owes
                 started, self.state = await retry_standby_starts(

@@ -101,6 +101,12 @@ class LoadHistory:
                 grouped.setdefault(int((w.window_start - start) // 60.0), []).append(w.rate)
         return [grouped[k] for k in sorted(grouped)]
 
+    async def worst_rise(self, model: str, now: float, lead_minutes: int) -> float | None:
+        """The largest rise within ``lead_minutes`` the history shows
+        (``provisioner.rise_headroom.worst_rise``), for a task that plans no forecast."""
+        _, values = await self.minutes(model, now)
+        return worst_rise(values, lead_minutes) if lead_minutes > 0 else None
+
     async def forecast(
         self, model: str, now: float, steps: int, lead_minutes: int = 0
     ) -> StepForecast:

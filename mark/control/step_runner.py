@@ -6,7 +6,6 @@ backups. The decisions are all pure steps; this is their order and their effects
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -23,6 +22,7 @@ from provisioner.explore_step import Candidate, ExploreConfig, explore_step
 from provisioner.greedy import NoFeasibleOption, PlannerOption
 from provisioner.health_step import HealthConfig, HealthFact, health_step, with_readiness
 from provisioner.orphan_step import OrphanConfig, OrphanStep, orphan_step
+from provisioner.rise_headroom import lead_minutes, rating
 from provisioner.slo_monitor import BackupLaunch, SloMonitorConfig
 from provisioner.standby_step import InterruptionStep, owed_standbys_step, standby_pool_step
 from provisioner.step import PlanStep, avoid_offering, backup_launch, plan_step, retirements
@@ -76,8 +76,7 @@ async def run_plan_step(
     """
     model = spec.name
     live = [i for i in everything if i.state in LIVE]
-    lead = math.ceil(cfg.tau_steps * cfg.step_s / 60.0 - 1e-9)
-    seen = await history.forecast(model, now, cfg.window_steps, lead_minutes=lead)
+    seen = await history.forecast(model, now, cfg.window_steps, lead_minutes(cfg))
     forecast, peak = seen.values, seen.peak
     price = recorder.price
     shape = history.window_minutes(model, now)
@@ -194,6 +193,7 @@ async def run_plan_step(
                 "lines": result.plan.explain(),
                 "held": [list(h) for h in result.held],
                 "shortfall": [list(x) for x in result.plan.shortfall],
+                "rated": rating(snap, cfg),
                 "offerings": [
                     [o.label, o.capacity_rps, sources.get(o.instance_type, "given")]
                     for o in options

@@ -219,7 +219,11 @@ class LambdaTerms:
 
 @dataclass(frozen=True)
 class Bound:
-    """The bound's value and how the LP's optimum spends it."""
+    """The bound's value and how the LP's optimum spends it.
+
+    ``instance_hours``, ``lambda_requests`` and ``missed`` always describe the LP's
+    solution; where the presence floor binds (``floor_binds``) the value is the floor's,
+    which is a cost, not a schedule, and ``summary`` says which one set the value."""
 
     value: float
     instance_cost: float
@@ -261,6 +265,7 @@ class Bound:
             "slot_s": self.slot_s,
             "solve_s": round(self.solve_s, 2),
             "status": self.status,
+            "set_by": "presence_floor" if self.floor_binds else "lp",
             "presence_floor": round(self.presence_floor, 4),
             "lp_value": None
             if self.lp_value is None or not math.isfinite(self.lp_value)
@@ -661,7 +666,7 @@ def presence_floor(
     def floor_at(weight: float) -> float:
         return _cover_seconds(times, weight, phi) - weight * miss_budget
 
-    # A lone slot costs 60 s to cover, so past λ = 60 s per request covering every
+    # A lone request costs at most 60 s to cover, so past λ = 60 s per request covering every
     # request is cheapest and the floor only falls: the maximum lies in [0, 60].
     lo, hi = 0.0, EC2_MINIMUM_S
     g = (math.sqrt(5.0) - 1.0) / 2.0

@@ -231,6 +231,7 @@ def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
                     "lines": ["buy c5.large/on-demand: $0.0001/req over steps 5-59"],
                     "held": [],
                     "offerings": [["c5.large/on-demand", 41.5, "measured"]],
+                    "rated": "in a pool (spill answers in time, or as configured)",
                 },
                 [
                     Decision(
@@ -271,7 +272,10 @@ def test_plan_explain_and_status_read_the_store(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "launch: 2× c5.large/on-demand — cheapest per request" in out.stdout
     assert "forecast-clipped — forecast peak 368.1 r/s is above 2×" in out.stdout
-    assert "offering c5.large/on-demand: 41.5 r/s within the SLO, profile measured" in out.stdout
+    assert (
+        "offering c5.large/on-demand: 41.5 r/s within the SLO alone, profile measured" in out.stdout
+    )
+    assert "each instance rated in a pool (spill answers in time" in out.stdout
     assert "buy c5.large/on-demand" in out.stdout and "15.5 r/s" in out.stdout
     st = run("--set", f"database_url={url}", "status")
     assert st.returncode == 0, st.stderr

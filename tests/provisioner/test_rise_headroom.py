@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from provisioner.control_state import ControlState, Snapshot, StepConfig
+from provisioner.control_state import ControlState, Member, Snapshot, StepConfig
 from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
 from provisioner.pooling import capacity_in_pool
-from provisioner.rise_headroom import LEVEL_MINUTES, absorbing, worst_rise
+from provisioner.rise_headroom import LEVEL_MINUTES, absorbing, rating, worst_rise
+from provisioner.standby_step import interruption_step
 from provisioner.step import plan_step
 
 # Alone 0.5 r/s, 4 r/s each in a pool of 8 or more (a GPU batching behind a tight RT_max).
@@ -94,3 +95,37 @@ def test_stand_alone_as_configured_stays_stand_alone() -> None:
     snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), (), worst_rise=2.0)
     step = plan_step(snap, ControlState(), replace(CFG, pool_for_rises=False), 1.0)
     assert sum(launch.count for launch in step.launches) == 16
+
+
+def test_a_spot_notice_rates_the_lost_instance_as_the_plan_counted_it() -> None:
+    """The standbys a notice starts cover what the plan counted the victim for: in a pool
+    sized for the worst rise, more than it carries alone."""
+    spot = replace(GPU, market="spot", price_per_hour=0.3)
+    fleet = tuple(
+        Member(f"s{k}", "m", "p2.xlarge", "spot", "serving", "ready", 0.0, 0.3) for k in range(8)
+    )
+    standbys = tuple(
+        Member(f"t{k}", "m", "t3.large", "on-demand", "standby", "stopped", 0.0, 0.0832)
+        for k in range(4)
+    )
+    cfg = replace(CFG, standby_type="t3.large", standby_price=0.0832, standby_capacity_rps=0.5)
+
+    def started(worst: float | None) -> int:
+        snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (spot,), (*fleet, *standbys), worst_rise=worst)
+        res = interruption_step(snap, ControlState(), cfg, "s0", 120.0)
+        assert res is not None and res.start is not None
+        return len(res.start.instance_ids)
+
+    assert started(None) == 1  # alone: 0.5 r/s lost, one standby
+    # With a worst rise of 2 the plan counts each of the 8 at 4.0 / 2 = 2 r/s: four.
+    assert started(2.0) == 4
+
+
+def test_the_rating_says_how_the_plan_counted_each_instance() -> None:
+    snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), ())
+    assert rating(snap, replace(CFG, pooled=True)).startswith("in a pool (spill")
+    assert rating(snap, CFG).startswith("alone")
+    assert "x2.50 within 2 min" in rating(replace(snap, worst_rise=2.5), CFG)
+    assert rating(replace(snap, worst_rise=2.5), replace(CFG, pool_for_rises=False)).startswith(
+        "alone"
+    )

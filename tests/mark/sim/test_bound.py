@@ -250,6 +250,7 @@ def test_no_offering_and_no_budget_is_infeasible() -> None:
     b = system_bound(np.array([5.0]), [], rt_max_s=RT, miss_budget=0, lam=None)
     assert b.status == "infeasible" and math.isinf(b.value)
     assert b.summary()["value"] is None
+    assert b.summary()["set_by"] == "lp"
 
 
 # -- pruning -------------------------------------------------------------------
@@ -478,6 +479,7 @@ def test_the_bound_is_the_larger_of_the_lp_and_the_floor() -> None:
     cheapest = min(o.price_per_hour for o in bound_offerings(model, catalog, ["on-demand"]))
     assert b.lp_value is not None and b.lp_value < b.presence_floor
     assert b.floor_binds and b.value == b.presence_floor == b.instance_cost
+    assert b.summary()["set_by"] == "presence_floor"
     assert 0.5 * cheapest < b.value <= cheapest * (3600 + 60) / 3600
 
 
