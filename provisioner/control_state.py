@@ -78,8 +78,11 @@ class StepConfig:
     pooled: bool = True
     """Plan at pooled per-instance capacity (``provisioner.pooling``), not stand-alone."""
     pool_for_rises: bool = True
-    """Where not ``pooled``, pool at capacity that carries the history's worst rise
+    """Where not ``pooled``, pool at capacity that carries ``Snapshot.carried_rise``
     (``provisioner.rise_headroom``; ``planner.pooled_capacity = "auto"``)."""
+    rise_miss_share: float = 0.0
+    """The share of all requests the pool sized for rises may leave to miss
+    (``provisioner.rise_headroom.carried_rise``); 0: carry the worst rise."""
     spill_cost_per_request: float | None = None
     """Spill's measured price when the plan may leave each step's peak to it
     (``provisioner.capacity_target``); None: plan for the peak."""
@@ -108,9 +111,10 @@ class Snapshot:
     (``provisioner.foreseen_rise``); empty when none is foreseen."""
     rise_rate: tuple[float, ...] = ()
     """Per control step, the rate that rise would bring (requests/s)."""
-    worst_rise: float | None = None
-    """The largest rise within one lead time in the model's history
-    (``provisioner.rise_headroom``); None: too little history to tell."""
+    carried_rise: float | None = None
+    """The rise a pool sized for rises carries: the least whose misses over the model's
+    history fit the share of the SLO's allowance it may spend (``provisioner.rise_headroom``);
+    None: not measured (too little history, or the plan does not size for rises)."""
 
     def mine(self) -> list[Member]:
         return [m for m in self.fleet if m.model == self.model]

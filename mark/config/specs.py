@@ -310,8 +310,20 @@ class PlannerSpec(_Strict):
         "A pool runs close to saturation and leans on the Bouncer spilling its transient "
         "overload to Lambda, so auto pools while the model's spilled requests are measured "
         "to answer within RT_max, most of them (provisioner/spill_evidence.py); otherwise, "
-        "once the history shows the largest rise within a boot time, at pooled capacity "
-        "divided by that rise and never below stand-alone (provisioner/rise_headroom.py)",
+        "once the history shows its rises within a boot time, at pooled capacity divided "
+        "by the rise it must carry (rise_miss_share), never below stand-alone "
+        "(provisioner/rise_headroom.py)",
+    )
+    rise_miss_share: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="where pooled_capacity is auto and spill cannot answer in time: the "
+        "share of the SLO's miss allowance (1 - SL_min) the pool may leave to rises, as "
+        "measured on the model's history; the pool then carries the least rise whose "
+        "misses fit it. 0: carry the largest rise within a boot time the history shows. "
+        "Above 0 it spends allowance the pool's own queueing may need (see "
+        "experiments/table5/README.md: a NAB window fell below SL_min at 0.75)",
     )
     spill_capacity_target: bool = Field(
         default=True,

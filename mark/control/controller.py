@@ -65,7 +65,7 @@ from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, 
 from provisioner.early_step import Window, fleet_capacity, plan_early
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact, with_readiness
-from provisioner.rise_headroom import lead_minutes
+from provisioner.rise_headroom import lead_minutes, sizes_for_rises
 from provisioner.spill_evidence import SpillCounts
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
 from provisioner.standby_step import interruption_step
@@ -352,7 +352,7 @@ class Controller:
         model: str,
         now: float,
         fleet: Sequence[InstanceInfo],
-        worst_rise: float | None = None,
+        carried_rise: float | None = None,
     ) -> Snapshot:
         return snapshot(
             model,
@@ -361,14 +361,17 @@ class Controller:
             self.price,
             self.options.get(model, ()),
             fixed_hourly=self.fixed_hourly,
-            worst_rise=worst_rise,
+            carried_rise=carried_rise,
         )
 
-    async def _worst_rise(self, model: str, now: float, cfg: StepConfig) -> float | None:
-        """The history's worst rise (``rise_headroom``), so a task outside the step rates
-        the fleet as the plan does; None (stand-alone) while the store does not answer."""
+    async def _carried_rise(self, spec: ModelSpec, now: float, cfg: StepConfig) -> float | None:
+        """The rise the plan's pool carries (``rise_headroom``), so a task outside the step
+        rates the fleet as the plan does; None (stand-alone) while the store does not
+        answer."""
         try:
-            return await self._parts.history.worst_rise(model, now, lead_minutes(cfg))
+            return await self._parts.history.carried_rise(
+                spec.name, now, lead_minutes(cfg), cfg.rise_miss_share
+            )
         except (StoreError, SQLAlchemyError, OSError):
             return None
 
@@ -435,8 +438,9 @@ class Controller:
                 return []
             if inst.model not in {m.name for m in self.settings.models}:
                 return []
-            cfg = self.config_for(self.settings.model(inst.model))
-            rise = await self._worst_rise(inst.model, now, cfg)
+            spec = self.settings.model(inst.model)
+            cfg = self.config_for(spec)
+            rise = await self._carried_rise(spec, now, cfg) if sizes_for_rises(cfg) else None
             snap = self._snapshot(inst.model, now, fleet, rise)
             res = interruption_step(snap, self.state, cfg, inst.instance_id, notice.action_at)
             if res is None:  # a repeat: only what an earlier notice still owes

@@ -21,7 +21,7 @@ from mark.state.records import ArrivalWindow
 from predictor.base import Forecaster, History
 from predictor.baselines import PaperFallback
 from predictor.online import COLD_START_WINDOW, OnlinePredictor
-from provisioner.rise_headroom import worst_rise
+from provisioner.rise_headroom import carried_rise
 
 
 def max_rate_per_minute(
@@ -47,9 +47,6 @@ class StepForecast(NamedTuple):
     """The chance a rise the forecast leaves out is under way (empty: none foreseen)."""
     rise_rate: list[float]
     """The rate that rise would bring."""
-    worst_rise: float | None = None
-    """The largest rise within the lead time the history shows
-    (``provisioner.rise_headroom.worst_rise``); None: too little history."""
 
 
 def cold_start_forecaster() -> Forecaster:
@@ -101,21 +98,43 @@ class LoadHistory:
                 grouped.setdefault(int((w.window_start - start) // 60.0), []).append(w.rate)
         return [grouped[k] for k in sorted(grouped)]
 
-    async def worst_rise(self, model: str, now: float, lead_minutes: int) -> float | None:
-        """The largest rise within ``lead_minutes`` the history shows
-        (``provisioner.rise_headroom.worst_rise``), for a task that plans no forecast."""
-        _, values = await self.minutes(model, now)
-        return worst_rise(values, lead_minutes) if lead_minutes > 0 else None
+    def window_grid(self, model: str, start: float, minutes: int) -> np.ndarray:
+        """The window rates of ``minutes`` minutes from ``start`` as last read by
+        ``minutes``: a minutes × windows-per-minute array, NaN where none is stored."""
+        windows = list(self._series.get(model, {}).values())
+        window_s = min((w.window_s for w in windows), default=60.0)
+        per = max(1, round(60.0 / window_s))
+        grid = np.full((minutes, per), np.nan)
+        at = np.fromiter((w.window_start - start for w in windows), float, len(windows))
+        rate = np.fromiter((w.rate for w in windows), float, len(windows))
+        k = np.floor(at / 60.0).astype(np.int64)
+        j = np.clip(np.floor((at - 60.0 * k) / window_s).astype(np.int64), 0, per - 1)
+        inside = (k >= 0) & (k < minutes)
+        grid[k[inside], j[inside]] = rate[inside]
+        return grid
+
+    async def carried_rise(
+        self, model: str, now: float, lead_minutes: int, allowed_share: float
+    ) -> float | None:
+        """The rise a pool sized for rises must carry over this history
+        (``provisioner.rise_headroom.carried_rise``); None with ``lead_minutes`` 0."""
+        start, _ = await self.minutes(model, now)
+        if lead_minutes <= 0:
+            return None
+        grid = self.window_grid(model, start, self.history_minutes)
+        return carried_rise(grid, lead_minutes, allowed_share)
 
     async def forecast(
-        self, model: str, now: float, steps: int, lead_minutes: int = 0
+        self,
+        model: str,
+        now: float,
+        steps: int,
     ) -> StepForecast:
         """The forecast max rate for each of the next ``steps`` control steps (P_u each),
         the highest rate observed in the history it was made from, and the rises the
         forecaster foresees beside it (``Forecaster.rises``).
 
-        With ``lead_minutes``, also the largest rise within that many minutes the
-        history shows (``provisioner.rise_headroom``). Forecasters speak per minute;
+        Forecasters speak per minute;
         with P_u < 60 s each minute's value covers the steps inside it, so the
         planner's τ and cool-down arithmetic, which count in steps, read the forecast
         on the right time axis.
@@ -126,9 +145,8 @@ class LoadHistory:
         )
         observed = history.observed
         peak = float(observed.max()) if observed.size else 0.0
-        rise = worst_rise(values, lead_minutes) if lead_minutes > 0 else None
         if peak <= 0.0:  # nothing seen yet, or only idle minutes: no load to plan for
-            return StepForecast([0.0] * steps, peak, [], [], rise)
+            return StepForecast([0.0] * steps, peak, [], [])
         per_minute_count = math.ceil(steps * self.step_s / 60.0)
         online = self.predictors.get(model)
         if online is None:
@@ -149,13 +167,12 @@ class LoadHistory:
             ]
 
         if rises is None:
-            return StepForecast(per_step(list(raw)), peak, [], [], rise)
+            return StepForecast(per_step(list(raw)), peak, [], [])
         return StepForecast(
             per_step(list(raw)),
             peak,
             per_step(list(rises.chance)),
             per_step(list(rises.rate)),
-            rise,
         )
 
     async def _fit_history(self, model: str, now: float, history: History) -> History:

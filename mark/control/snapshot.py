@@ -79,6 +79,7 @@ def step_config(
         unavailable_ttl_s=unavailable_ttl_s,
         pooled=pool_with(planner.pooled_capacity, spill),
         pool_for_rises=planner.pooled_capacity == "auto",
+        rise_miss_share=planner.rise_miss_share * (1.0 - spec.slo.sl_min),
         spill_cost_per_request=spill_price(planner.spill_capacity_target, spill),
     )
 
@@ -168,11 +169,11 @@ def snapshot(
     fixed_hourly: float = 0.0,
     window_minutes: Sequence[Sequence[float]] = (),
     rises: tuple[Sequence[float], Sequence[float]] = ((), ()),
-    worst_rise: float | None = None,
+    carried_rise: float | None = None,
 ) -> Snapshot:
     """``rises``: per step, the chance and the rate of the rises the forecaster foresees
-    beside ``forecast``; ``worst_rise``: the largest in the history within a lead time
-    (``mark.control.history.StepForecast``)."""
+    beside ``forecast`` (``mark.control.history.StepForecast``); ``carried_rise``: the
+    rise a pool sized for rises carries (``provisioner.rise_headroom.carried_rise``)."""
     return Snapshot(
         model,
         now,
@@ -184,5 +185,5 @@ def snapshot(
         tuple(tuple(m) for m in window_minutes),
         tuple(rises[0]),
         tuple(rises[1]),
-        worst_rise,
+        carried_rise,
     )

@@ -22,7 +22,7 @@ from provisioner.explore_step import Candidate, ExploreConfig, explore_step
 from provisioner.greedy import NoFeasibleOption, PlannerOption
 from provisioner.health_step import HealthConfig, HealthFact, health_step, with_readiness
 from provisioner.orphan_step import OrphanConfig, OrphanStep, orphan_step
-from provisioner.rise_headroom import lead_minutes, rating
+from provisioner.rise_headroom import lead_minutes, rating, sizes_for_rises
 from provisioner.slo_monitor import BackupLaunch, SloMonitorConfig
 from provisioner.standby_step import InterruptionStep, owed_standbys_step, standby_pool_step
 from provisioner.step import PlanStep, avoid_offering, backup_launch, plan_step, retirements
@@ -76,7 +76,12 @@ async def run_plan_step(
     """
     model = spec.name
     live = [i for i in everything if i.state in LIVE]
-    seen = await history.forecast(model, now, cfg.window_steps, lead_minutes(cfg))
+    seen = await history.forecast(model, now, cfg.window_steps)
+    rise = (
+        await history.carried_rise(model, now, lead_minutes(cfg), cfg.rise_miss_share)
+        if sizes_for_rises(cfg)
+        else None
+    )
     forecast, peak = seen.values, seen.peak
     price = recorder.price
     shape = history.window_minutes(model, now)
@@ -99,7 +104,7 @@ async def run_plan_step(
             fixed_hourly,
             minutes,
             rises=rises,
-            worst_rise=seen.worst_rise,
+            carried_rise=rise,
         )
 
     snap = _ready(view(live, forecast, shape, (seen.rise_chance, seen.rise_rate)), facts)

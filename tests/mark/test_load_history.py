@@ -1,14 +1,16 @@
-"""``LoadHistory`` read back from a store: the worst rise a task outside the step rates
-the fleet with is the one the step's forecast carries."""
+"""``LoadHistory`` read back from a store: the rise a pool sized for rises carries,
+measured on the stored 5 s windows."""
 
 from __future__ import annotations
+
+import pytest
 
 from mark.control.history import LoadHistory
 from mark.sim.memstore import MemoryStore
 from mark.state.records import ArrivalWindow
 
 
-async def test_the_worst_rise_is_the_forecasts_own() -> None:
+async def test_the_carried_rise_is_measured_on_the_stored_windows() -> None:
     store = MemoryStore()
     # 20 minutes at 10 r/s, then three at 30 r/s: a rise of 3 within a 2-minute lead.
     rates = [10.0] * 20 + [30.0] * 3
@@ -21,7 +23,12 @@ async def test_the_worst_rise_is_the_forecasts_own() -> None:
     )
     history = LoadHistory(store, history_minutes=60, step_s=60.0)
     now = 60.0 * len(rates)
-    seen = await history.forecast("m", now, 5, lead_minutes=2)
-    assert seen.worst_rise == await history.worst_rise("m", now, 2) == 3.0
-    assert await history.worst_rise("m", now, 0) is None
-    assert await history.worst_rise("other", now, 2) is None  # nothing recorded
+    assert await history.carried_rise("m", now, 2, 0.0) == 3.0  # nothing to spend: all of it
+    # The minutes with a level (ten before, and a lead): 9 at 10 r/s and the 3 at 30,
+    # whose 36 windows miss 36·(30 − 10R), 5 % of all at R = 2.7.
+    total = 12 * (9 * 10.0 + 3 * 30.0)
+    assert await history.carried_rise("m", now, 2, 0.05) == pytest.approx(
+        3.0 - 0.05 * total / 36 / 10.0
+    )
+    assert await history.carried_rise("m", now, 0, 0.05) is None
+    assert await history.carried_rise("other", now, 2, 0.05) is None  # nothing recorded

@@ -6,13 +6,20 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from provisioner.control_state import ControlState, Member, Snapshot, StepConfig
 from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
 from provisioner.pooling import capacity_in_pool
-from provisioner.rise_headroom import LEVEL_MINUTES, absorbing, rating, worst_rise
+from provisioner.rise_headroom import (
+    LEVEL_MINUTES,
+    absorbing,
+    carried_rise,
+    rating,
+    worst_rise,
+)
 from provisioner.standby_step import interruption_step
 from provisioner.step import plan_step
 
@@ -54,6 +61,56 @@ def test_too_little_or_unobserved_or_idle_history_tells_nothing() -> None:
     assert worst_rise(x, 2) == 1.0
 
 
+def _grid(per_minute: list[float], windows: int = 12) -> np.ndarray:
+    return np.repeat(np.asarray(per_minute, dtype=float)[:, None], windows, axis=1)
+
+
+def test_the_carried_rise_spends_the_allowed_misses_on_the_rarest_rise() -> None:
+    """Two minutes at 30 r/s in a history at 10: the rows with a level hold 29 minutes at
+    10 and two at 30, 4,200 requests per window-second; above R·10 the 24 windows of the
+    rise miss 24·(30 − 10R), which is 5 % of all at R = 3 − 17.5·0.05 = 2.125."""
+    grid = _grid([10.0] * 20 + [30.0] * 2 + [10.0] * 20)
+    assert carried_rise(grid, 2, 0.0) == pytest.approx(3.0)  # nothing to spend: the worst
+    assert carried_rise(grid, 2, 0.05) == pytest.approx(2.125)
+    assert carried_rise(grid, 2, 24 * 20 / 4200) == 1.0  # the whole rise fits the allowance
+    shares = [0.0, 0.01, 0.03, 0.05, 0.1, 0.2]
+    rises = [carried_rise(grid, 2, s) for s in shares]
+    assert rises == sorted(rises, reverse=True)  # more allowance, less to carry
+
+
+def _missed(grid: np.ndarray, rise: float) -> float:
+    """The share of requests above ``rise`` times the level, written out (lead 2)."""
+    peaks = np.nanmax(grid, axis=1)
+    level = np.full(peaks.size, np.nan)
+    for m in range(LEVEL_MINUTES + 1, peaks.size):
+        level[m] = np.median(peaks[m - 2 - LEVEL_MINUTES + 1 : m - 2 + 1])
+    rows = np.isfinite(level)
+    rates = np.nan_to_num(grid[rows])
+    return float(np.maximum(rates - rise * level[rows][:, None], 0.0).sum() / rates.sum())
+
+
+def test_the_carried_rise_is_the_least_that_fits_on_noisy_histories() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        minutes = rng.gamma(4.0, 5.0, size=120)
+        grid = rng.poisson(np.repeat(minutes[:, None] * 5.0, 12, axis=1)) / 5.0
+        grid[rng.random(grid.shape) < 0.02] = np.nan  # windows not recorded
+        share = float(rng.uniform(0.001, 0.05))
+        got = carried_rise(grid, 2, share)
+        peaks = np.nanmax(grid, axis=1)
+        worst = worst_rise(peaks, 2)
+        assert got is not None and worst is not None and 1.0 <= got <= worst + 1e-9
+
+        assert _missed(grid, got) <= share + 1e-9
+        if 1.0 + 1e-6 < got < worst - 1e-6:
+            assert _missed(grid, got - 1e-3) > share  # and no less would do
+
+
+def test_no_carried_rise_without_a_level_and_a_lead() -> None:
+    assert carried_rise(_grid([10.0] * 5), 2, 0.01) is None
+    assert carried_rise(np.full((40, 12), np.nan), 2, 0.01) is None
+
+
 def test_absorbing_divides_the_pool_and_keeps_the_stand_alone_floor() -> None:
     got = absorbing(GPU, 2.0)
     assert got.capacity_rps == GPU.capacity_rps
@@ -64,7 +121,7 @@ def test_absorbing_divides_the_pool_and_keeps_the_stand_alone_floor() -> None:
 
 
 def _fleet_for(rate: float, worst: float | None) -> int:
-    snap = Snapshot("m", 0.0, (rate,) * 5, rate, (GPU,), (), worst_rise=worst)
+    snap = Snapshot("m", 0.0, (rate,) * 5, rate, (GPU,), (), carried_rise=worst)
     step = plan_step(snap, ControlState(), CFG, 1.0)
     return sum(launch.count for launch in step.launches)
 
@@ -86,13 +143,13 @@ def test_where_spill_answers_in_time_the_rise_changes_nothing() -> None:
     cfg = replace(CFG, pooled=True)
     snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), ())
     plain = plan_step(snap, ControlState(), cfg, 1.0)
-    with_rise = plan_step(replace(snap, worst_rise=3.0), ControlState(), cfg, 1.0)
+    with_rise = plan_step(replace(snap, carried_rise=3.0), ControlState(), cfg, 1.0)
     assert plain.launches == with_rise.launches
 
 
 def test_stand_alone_as_configured_stays_stand_alone() -> None:
     """``planner.pooled_capacity = false`` (the paper's planner): no pooling for rises."""
-    snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), (), worst_rise=2.0)
+    snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), (), carried_rise=2.0)
     step = plan_step(snap, ControlState(), replace(CFG, pool_for_rises=False), 1.0)
     assert sum(launch.count for launch in step.launches) == 16
 
@@ -111,7 +168,7 @@ def test_a_spot_notice_rates_the_lost_instance_as_the_plan_counted_it() -> None:
     cfg = replace(CFG, standby_type="t3.large", standby_price=0.0832, standby_capacity_rps=0.5)
 
     def started(worst: float | None) -> int:
-        snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (spot,), (*fleet, *standbys), worst_rise=worst)
+        snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (spot,), (*fleet, *standbys), carried_rise=worst)
         res = interruption_step(snap, ControlState(), cfg, "s0", 120.0)
         assert res is not None and res.start is not None
         return len(res.start.instance_ids)
@@ -125,7 +182,7 @@ def test_the_rating_says_how_the_plan_counted_each_instance() -> None:
     snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), ())
     assert rating(snap, replace(CFG, pooled=True)).startswith("in a pool (spill")
     assert rating(snap, CFG).startswith("alone")
-    assert "x2.50 within 2 min" in rating(replace(snap, worst_rise=2.5), CFG)
-    assert rating(replace(snap, worst_rise=2.5), replace(CFG, pool_for_rises=False)).startswith(
+    assert "x2.50 within 2 min" in rating(replace(snap, carried_rise=2.5), CFG)
+    assert rating(replace(snap, carried_rise=2.5), replace(CFG, pool_for_rises=False)).startswith(
         "alone"
     )
