@@ -173,3 +173,27 @@ def test_the_cooldown_defaults_to_the_boot_time_and_a_setting_overrides_it() -> 
     assert Timings().cooldown(120.0) == 120.0  # ski rental: idle as long as a relaunch costs
     assert Timings(cooldown_s=30).cooldown(120.0) == 30.0
     assert Timings(cooldown_s=0).cooldown(120.0) == 0.0
+
+
+def test_the_rise_miss_share_is_a_share_of_the_models_own_allowance() -> None:
+    from mark.control.snapshot import step_config
+
+    def share(value: float | None) -> float:
+        over = {"planner": {"rise_miss_share": value}} if value is not None else {}
+        s = load_settings(overrides=over)
+        spec = s.models[0]
+        cfg = step_config(
+            s,
+            spec,
+            boot_s=120.0,
+            price=lambda _t, _m: 0.1,
+            standby_capacity_rps=0.0,
+            standby_loss_fraction=0.25,
+            unavailable_ttl_s=600.0,
+        )
+        return cfg.rise_miss_share / (1.0 - spec.slo.sl_min)
+
+    assert share(None) == 0.0  # the default carries the worst rise
+    assert share(0.5) == pytest.approx(0.5)
+    with pytest.raises(ConfigError, match="rise_miss_share"):
+        load_settings(overrides={"planner": {"rise_miss_share": 1.5}})
