@@ -105,6 +105,12 @@ class MissBudget:
         self._bucket(now)
         return declinable(self.arrived, self.missed, self.sl_min, self.share)
 
+    def tally(self, now: float) -> tuple[int, int]:
+        """(arrived, missed) over the window ending at ``now``: what the planner may still
+        leave to miss (``provisioner.rise_headroom.rise_allowance``)."""
+        self._bucket(now)
+        return self.arrived, self.missed
+
     def decline(self, now: float, wanted: int) -> int:
         """Decline up to ``wanted`` requests at ``now``; returns how many: each is a miss."""
         n = min(wanted, self.declinable(now))

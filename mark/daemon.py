@@ -319,6 +319,14 @@ async def _slo(run: Running) -> None:
             if served.telemetry is not None
         }
     )
+    now = WallClock().now()
+    await run.controller.record_misses(
+        {
+            name: served.dispatcher.budget.tally(now)
+            for name, served in run.models.items()
+            if served.dispatcher is not None and served.dispatcher.budget is not None
+        }
+    )
     await run.controller.check_slo(WallClock().now(), latencies)
     await run.controller.react(WallClock().now())
 

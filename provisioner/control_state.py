@@ -149,6 +149,11 @@ class ModelControl:
     saved: after a restart the first step sets it."""
     planned_at: float = -math.inf
     """When the last plan was made."""
+    misses: tuple[int, int] = (0, 0)
+    """(arrived, missed) over the miss budget's window (``bouncer.miss_budget``), as last
+    measured; what a pool sized for rises may still leave to miss. Not saved: after a
+    restart the next measurement sets it, and until then the pool carries the worst
+    rise."""
 
 
 @dataclass(frozen=True)

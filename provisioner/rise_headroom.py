@@ -20,21 +20,22 @@ notice) rates it through ``planning_options`` and ``pools`` too.
 ``R`` is measured on the model's own history of 5 s windows. ``worst_rise`` is the
 largest: per minute ``t``, the highest per-minute peak in the ``lead`` minutes after
 ``t`` over the median peak of the ``LEVEL_MINUTES`` up to ``t``. Carrying it misses no
-rise the history shows, and spends none of the SLO's allowance: the default.
-``carried_rise`` is the least ``R`` whose misses fit a share of the requests
-(``planner.rise_miss_share`` of the allowance): every window's rate above ``R`` times the level its
-fleet was planned from (the median peak of the ten minutes ending a lead time
-earlier, the newest fleet that could serve it), summed over the history, over all
-requests. That counts a miss for every request above the rated pool, as if nothing
-else answered a rise (no forecast of it, no SLO-monitor backup, no headroom from
-whole instances), so it errs towards carrying more. With less history than a level
-and a lead, ``None``: plan alone.
+rise the history shows and spends none of the SLO's allowance.
 
-The Twitter history before Table 5's windows rises up to 4.96x within two minutes.
-Spending three quarters of the allowance on rises leaves far less to carry there, but
-the pool's own queueing misses share the allowance, and on one NAB window that spent
-more than the SLO allows (``experiments/table5/README.md``): the share is not yet
-chosen from measured misses, so it is off by default. Pure.
+``carried_rise`` is the least ``R`` whose misses fit a share of the requests in every
+hour of the history (``ACCOUNT_MINUTES``, as the miss budget accounts): every window's
+rate above ``R`` times the level its fleet was planned from (the median peak of the
+ten minutes ending a lead time earlier, the newest fleet that could serve it). That
+counts a miss for every request above the rated pool, as if nothing else answered a
+rise (no forecast of it, no SLO-monitor backup, no headroom from whole instances), so
+it errs towards carrying more. The share is ``rise_allowance``: the part of
+``planner.rise_miss_share`` of the allowance that the last hour's measured misses
+(``bouncer.miss_budget``: late, failed and declined alike) have not spent, so the
+pool's own queueing misses come first, and nothing is left to rises before anything
+is measured. With less history than a level and a lead, ``None``: plan alone.
+
+The Twitter history before Table 5's windows rises up to 4.96x within two minutes
+(``experiments/table5/README.md``). Pure.
 """
 
 from __future__ import annotations
@@ -90,6 +91,18 @@ def _levels(peaks: np.ndarray, lead: int) -> np.ndarray:
     return out
 
 
+ACCOUNT_MINUTES = 60
+"""The misses of every hour of the history must fit, not only of the whole: the miss
+budget accounts by the hour (``bouncer.miss_budget.WINDOW_S``), and rises come in a
+few of them."""
+
+
+def _sliding(per_minute: np.ndarray, span: int) -> np.ndarray:
+    """Sums over every ``span`` consecutive minutes."""
+    c = np.concatenate(([0.0], np.cumsum(per_minute)))
+    return c[span:] - c[:-span]
+
+
 def carried_rise(windows: np.ndarray, lead_minutes: int, allowed_share: float) -> float | None:
     """The least rise ``R`` (at most ``worst_rise``) a pool must carry so that, over the
     history, the requests above ``R`` times the level a fleet was planned from, while
@@ -108,14 +121,17 @@ def carried_rise(windows: np.ndarray, lead_minutes: int, allowed_share: float) -
         return worst
     level = _levels(peaks, lead)
     rows = np.isfinite(level) & (level > 0.0)
-    rates = np.where(np.isfinite(windows[rows]), windows[rows], 0.0)
-    level = level[rows][:, None]
-    total = float(rates.sum())
-    if total <= 0.0:
+    rates = np.where(np.isfinite(windows), windows, 0.0)
+    rates[~rows] = 0.0
+    level = np.where(rows, level, 0.0)[:, None]
+    span = min(ACCOUNT_MINUTES, rates.shape[0])
+    per_span = _sliding(rates.sum(axis=1), span)
+    if float(per_span.max(initial=0.0)) <= 0.0:
         return worst
 
     def fits(rise: float) -> bool:
-        return float(np.maximum(rates - rise * level, 0.0).sum()) <= allowed_share * total
+        missed = _sliding(np.maximum(rates - rise * level, 0.0).sum(axis=1), span)
+        return bool(np.all(missed <= allowed_share * per_span + 1e-12))
 
     if fits(1.0):
         return 1.0
@@ -126,6 +142,17 @@ def carried_rise(windows: np.ndarray, lead_minutes: int, allowed_share: float) -
         mid = 0.5 * (lo + hi)
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
     return hi
+
+
+def rise_allowance(share: float, misses: tuple[int, int]) -> float:
+    """The share of requests a pool sized for rises may leave to miss: ``share`` less what
+    the last window's misses (``misses``: arrived, missed) already spent, at least 0, as
+    the miss budget lets declines spend only what the window has left; 0 (the worst
+    rise) before anything is measured."""
+    arrived, missed = misses
+    if arrived <= 0 or share <= 0.0:
+        return 0.0
+    return max(0.0, share - missed / arrived)
 
 
 def absorbing(option: PlannerOption, rise: float) -> PlannerOption:

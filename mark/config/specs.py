@@ -315,15 +315,14 @@ class PlannerSpec(_Strict):
         "(provisioner/rise_headroom.py)",
     )
     rise_miss_share: float = Field(
-        default=0.0,
+        default=DEFAULT_DECLINE_SHARE,
         ge=0,
         le=1,
         description="where pooled_capacity is auto and spill cannot answer in time: the "
-        "share of the SLO's miss allowance (1 - SL_min) the pool may leave to rises, as "
-        "measured on the model's history; the pool then carries the least rise whose "
-        "misses fit it. 0: carry the largest rise within a boot time the history shows. "
-        "Above 0 it spends allowance the pool's own queueing may need (see "
-        "experiments/table5/README.md: a NAB window fell below SL_min at 0.75)",
+        "share of the SLO's miss allowance (1 - SL_min) the pool may leave to rises, less "
+        "what the last hour's misses already spent (as the miss budget's declines); the "
+        "pool then carries the least rise whose misses fit it in every hour of the "
+        "model's history. 0: carry the largest rise within a boot time the history shows",
     )
     spill_capacity_target: bool = Field(
         default=True,

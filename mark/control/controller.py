@@ -65,7 +65,7 @@ from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, 
 from provisioner.early_step import Window, fleet_capacity, plan_early
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact, with_readiness
-from provisioner.rise_headroom import lead_minutes, sizes_for_rises
+from provisioner.rise_headroom import lead_minutes, rise_allowance, sizes_for_rises
 from provisioner.spill_evidence import SpillCounts
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
 from provisioner.standby_step import interruption_step
@@ -370,7 +370,10 @@ class Controller:
         answer."""
         try:
             return await self._parts.history.carried_rise(
-                spec.name, now, lead_minutes(cfg), cfg.rise_miss_share
+                spec.name,
+                now,
+                lead_minutes(cfg),
+                rise_allowance(cfg.rise_miss_share, self.state.of(spec.name).misses),
             )
         except (StoreError, SQLAlchemyError, OSError):
             return None
@@ -386,6 +389,16 @@ class Controller:
                     mine = self.state.of(model)
                     seen = mine.spill.observe(c.within, c.total, c.cost)
                     self.state = self.state.with_model(model, replace(mine, spill=seen))
+
+    async def record_misses(self, tallies: Mapping[str, tuple[int, int]]) -> None:
+        """Per model, (arrived, missed) over the miss budget's window as just counted
+        (``bouncer.miss_budget``): what a pool sized for rises may still leave to miss
+        (``provisioner.rise_headroom.rise_allowance``), in the daemon from its dispatchers
+        and in the simulator from its engine."""
+        async with self._lock:
+            for model, tally in tallies.items():
+                mine = self.state.of(model)
+                self.state = self.state.with_model(model, replace(mine, misses=tally))
 
     async def check_slo(self, now: float, latencies: Mapping[str, Sequence[float]]) -> list[str]:
         """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.

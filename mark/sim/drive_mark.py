@@ -128,6 +128,9 @@ async def drive_mark(world: SimWorld, forecaster: Forecaster | None) -> Extra:
         )
         billed, throttled = lam.cost, lam.throttled_requests
         await ctl.record_spills({model: spills})
+        budget = world.engine.budget
+        if budget is not None:
+            await ctl.record_misses({model: budget.tally(t)})
         # Declined requests were the miss budget's choice, not a sign of too few instances.
         served = lat[where != DECLINED]
         if policy.slo_monitor and served.size:

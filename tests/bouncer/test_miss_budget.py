@@ -78,3 +78,11 @@ def test_misses_in_any_window_stay_within_the_share(
         if b.decline(now, wanted) > 0:
             assert b.missed <= share * (1.0 - sl_min) * b.arrived + 1e-6
         assert 0 <= b.declinable(now) <= max(0, share * (1.0 - sl_min) * b.arrived)
+
+
+def test_the_tally_is_the_windows_arrivals_and_misses_at_a_time() -> None:
+    b = MissBudget(sl_min=0.98, share=0.75, window_s=60.0)
+    b.arrive(0.0, 1000)
+    b.miss(0.0, 7)
+    assert b.tally(30.0) == (1000, 7)
+    assert b.tally(60.0 + BUCKET_S) == (0, 0)  # the window has moved past them

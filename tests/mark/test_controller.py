@@ -21,6 +21,7 @@ from predictor.base import FloatArray, Forecaster, History, RiseOutlook
 from provisioner.capacity_target import best_capacity
 from provisioner.greedy import PlannerOption
 from provisioner.pooling import capacity_in_pool
+from provisioner.rise_headroom import rise_allowance
 from provisioner.spill_evidence import SpillCounts
 
 T0 = 1_700_000_000.0
@@ -586,6 +587,22 @@ async def test_spilled_requests_decide_pooling_and_the_capacity_target(tmp_path:
             await ctl.record_spills({spec.name: SpillCounts(total=200, within=0, cost=4e-3)})
         slow = ctl.config_for(spec)
         assert not slow.pooled and slow.spill_cost_per_request is None
+    finally:
+        await store.close()
+
+
+async def test_the_last_hours_misses_are_what_rises_may_still_spend(tmp_path: Path) -> None:
+    settings = load_settings()
+    spec = settings.models[0]
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/m.db", upgrade=True)
+    try:
+        ctl = Controller(settings, SimFleet(load_catalog(), lambda: T0), store, {spec.name: []})
+        assert ctl.state.of(spec.name).misses == (0, 0)
+        await ctl.record_misses({spec.name: (10_000, 40)})
+        assert ctl.state.of(spec.name).misses == (10_000, 40)
+        cfg = ctl.config_for(spec)
+        left = rise_allowance(cfg.rise_miss_share, ctl.state.of(spec.name).misses)
+        assert left == pytest.approx(0.75 * (1 - spec.slo.sl_min) - 0.004)
     finally:
         await store.close()
 

@@ -18,6 +18,7 @@ from provisioner.rise_headroom import (
     absorbing,
     carried_rise,
     rating,
+    rise_allowance,
     worst_rise,
 )
 from provisioner.standby_step import interruption_step
@@ -79,20 +80,25 @@ def test_the_carried_rise_spends_the_allowed_misses_on_the_rarest_rise() -> None
 
 
 def _missed(grid: np.ndarray, rise: float) -> float:
-    """The share of requests above ``rise`` times the level, written out (lead 2)."""
+    """The largest share, over the history's hours, of requests above ``rise`` times the
+    level, written out (lead 2)."""
     peaks = np.nanmax(grid, axis=1)
     level = np.full(peaks.size, np.nan)
     for m in range(LEVEL_MINUTES + 1, peaks.size):
         level[m] = np.median(peaks[m - 2 - LEVEL_MINUTES + 1 : m - 2 + 1])
     rows = np.isfinite(level)
-    rates = np.nan_to_num(grid[rows])
-    return float(np.maximum(rates - rise * level[rows][:, None], 0.0).sum() / rates.sum())
+    rates = np.where(rows[:, None], np.nan_to_num(grid), 0.0)
+    over = np.maximum(rates - rise * np.where(rows, level, 0.0)[:, None], 0.0).sum(axis=1)
+    total = rates.sum(axis=1)
+    return max(
+        float(over[a : a + 60].sum() / total[a : a + 60].sum()) for a in range(peaks.size - 60 + 1)
+    )
 
 
 def test_the_carried_rise_is_the_least_that_fits_on_noisy_histories() -> None:
     rng = np.random.default_rng(7)
     for _ in range(20):
-        minutes = rng.gamma(4.0, 5.0, size=120)
+        minutes = rng.gamma(4.0, 5.0, size=150)
         grid = rng.poisson(np.repeat(minutes[:, None] * 5.0, 12, axis=1)) / 5.0
         grid[rng.random(grid.shape) < 0.02] = np.nan  # windows not recorded
         share = float(rng.uniform(0.001, 0.05))
@@ -104,6 +110,21 @@ def test_the_carried_rise_is_the_least_that_fits_on_noisy_histories() -> None:
         assert _missed(grid, got) <= share + 1e-9
         if 1.0 + 1e-6 < got < worst - 1e-6:
             assert _missed(grid, got - 1e-3) > share  # and no less would do
+
+
+def test_every_hour_must_fit_not_only_the_whole_history() -> None:
+    """A two-minute rise in a day-long history: 5 % of the whole day's requests would
+    cover all of it (R = 1), but the first hour holds it with only 47 minutes at 10 r/s
+    beside it (the first 11 have no level yet): 24·(30 − 10R) ≤ 0.05·12·530."""
+    day = carried_rise(_grid([10.0] * 20 + [30.0] * 2 + [10.0] * 1400), 2, 0.05)
+    assert day == pytest.approx(3.0 - 0.05 * 12 * 530 / 24 / 10.0)
+
+
+def test_the_allowance_is_what_the_last_hour_left() -> None:
+    assert rise_allowance(0.015, (0, 0)) == 0.0  # nothing measured: the worst rise
+    assert rise_allowance(0.015, (10_000, 50)) == pytest.approx(0.01)
+    assert rise_allowance(0.015, (10_000, 400)) == 0.0  # spent already
+    assert rise_allowance(0.0, (10_000, 0)) == 0.0
 
 
 def test_no_carried_rise_without_a_level_and_a_lead() -> None:
