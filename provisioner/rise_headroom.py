@@ -104,9 +104,10 @@ def _sliding(per_minute: np.ndarray, span: int) -> np.ndarray:
 
 
 def carried_rise(windows: np.ndarray, lead_minutes: int, allowed_share: float) -> float | None:
-    """The least rise ``R`` (at most ``worst_rise``) a pool must carry so that, over the
-    history, the requests above ``R`` times the level a fleet was planned from, while
-    that fleet was the newest that could serve, are at most ``allowed_share`` of all.
+    """The least rise ``R`` (at most ``worst_rise``) a pool must carry so that, in every
+    ``ACCOUNT_MINUTES`` of the history, the requests above ``R`` times the level a fleet
+    was planned from, while that fleet was the newest that could serve, are at most
+    ``allowed_share`` of that span's requests.
 
     ``windows`` is minutes × windows of rates (NaN: not observed). Each window's excess
     over ``R`` times its minute's level (``_levels``) is what a pool carrying ``R`` would

@@ -20,6 +20,7 @@ def test_off_by_default_and_shown() -> None:
     assert dump_settings(settings)["planner"] == {
         "explore_unprofiled": {"max_concurrent": 0, "interval_s": 3600.0},
         "pooled_capacity": "auto",
+        "rise_miss_share": 0.75,
         "spill_capacity_target": True,
     }
     assert explore_config(settings) == ExploreConfig(0, 3600.0)
