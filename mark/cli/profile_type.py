@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -120,7 +121,9 @@ async def _wait_ready(
 ) -> Measured:
     start = time.monotonic()
     iid = inst.instance_id
+    task = asyncio.current_task()
     while True:
+        _raise_if_cancelled(task)
         waited = time.monotonic() - start
         cur = next((i for i in await fleet.list() if i.instance_id == iid), None)
         if cur is None or cur.state not in BOOTING:
@@ -138,6 +141,14 @@ async def _wait_ready(
         what = "booting" if cur.state is InstanceState.PENDING else "its agent loads and profiles"
         progress(f"{iid} ({inst.instance_type}) {what}: {waited:.0f} s of at most {timeout_s:g} s")
         await asyncio.sleep(poll_s)
+
+
+def _raise_if_cancelled(task: asyncio.Task[Any] | None) -> None:
+    """Ctrl-C cancels the command's task; a library that turns that cancellation into
+    its own timeout (an HTTP client's ``TimeoutError`` raised in its place) would leave
+    the poll running until ``--timeout``. A cancellation still requested is honoured here."""
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 async def _end(

@@ -9,6 +9,7 @@ Every run must leave no instance running: measured, timed out, or interrupted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -116,6 +117,22 @@ async def _mark(*args: str, within: float = 180.0) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+async def _stderr_within(proc: asyncio.subprocess.Process, seconds: float) -> str:
+    """Its stderr once it exits; if it has not within ``seconds``, every thread's stack
+    (faulthandler, on SIGABRT) in the failure, and the process is gone either way."""
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), seconds)
+    except TimeoutError:
+        proc.send_signal(signal.SIGABRT)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        pytest.fail(f"still running {seconds:g} s after SIGINT:\n{err.decode()}")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    return err.decode()
+
+
 async def _start(*args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         *MARK,
@@ -125,7 +142,7 @@ async def _start(*args: str) -> asyncio.subprocess.Process:
         cwd=str(ROOT),
         # The stack gives the controller and its workers one agent token; here the
         # workers (Ec2Host's agents) are this process's, so the CLI gets its token.
-        env={**os.environ, "COLUMNS": "200", TOKEN_ENV: daemon_token()},
+        env={**os.environ, "COLUMNS": "200", TOKEN_ENV: daemon_token(), "PYTHONFAULTHANDLER": "1"},
     )
 
 
@@ -219,8 +236,8 @@ async def test_profile_type_ctrl_c_terminates_the_instance(stack: Stack) -> None
         await asyncio.sleep(0.2)
     await asyncio.sleep(1.0)  # waiting for its agent now
     proc.send_signal(signal.SIGINT)
-    _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 130, err.decode()
+    err = await _stderr_within(proc, 60)
+    assert proc.returncode == 130, err
     await _assert_nothing_runs(stack)
 
 
@@ -238,3 +255,26 @@ async def test_profile_type_refuses_what_it_cannot_measure(stack: Stack, tmp_pat
         code, _, err = await _mark("-c", cfg, *args, within=60)
         assert code == 2 and message in " ".join(err.split()), (args, err)
     assert await _instances(stack) == []  # nothing was launched
+
+
+async def test_a_swallowed_ctrl_c_still_ends_the_wait() -> None:
+    """A library that answers a cancellation with its own TimeoutError (an HTTP client's
+    timeout racing Ctrl-C) leaves the cancellation requested: the poll honours it."""
+    from mark.cli.profile_type import _raise_if_cancelled
+
+    polled = 0
+
+    async def poll() -> None:
+        nonlocal polled
+        while True:
+            _raise_if_cancelled(asyncio.current_task())
+            polled += 1
+            with contextlib.suppress(asyncio.CancelledError):  # as such a library does
+                await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(poll())
+    await asyncio.sleep(0.12)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert task in done and task.cancelled()
+    assert polled >= 2
