@@ -45,6 +45,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bouncer.miss_budget import WINDOW_S
 from provisioner.control_state import Snapshot, StepConfig
 from provisioner.greedy import PlannerOption
 
@@ -91,9 +92,9 @@ def _levels(peaks: np.ndarray, lead: int) -> np.ndarray:
     return out
 
 
-ACCOUNT_MINUTES = 60
+ACCOUNT_MINUTES = round(WINDOW_S / 60.0)
 """The misses of every hour of the history must fit, not only of the whole: the miss
-budget accounts by the hour (``bouncer.miss_budget.WINDOW_S``), and rises come in a
+budget's own accounting window (``bouncer.miss_budget.WINDOW_S``), since rises come in a
 few of them."""
 
 
