@@ -9,6 +9,7 @@ for ``/metrics``.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +29,8 @@ LAUNCHES = frozenset({"launch", "backup", "launch-standby", "explore"})
 RETIREMENTS = frozenset({"retire", "replace-unhealthy", "retire-orphan", "explore-done"})
 """Decisions that terminate an instance: cool-down over, unhealthy, orphan, measured."""
 BILLED_STATES = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY})
+STOPPED_STATES = frozenset({InstanceState.STOPPING, InstanceState.STOPPED})
+"""States whose last run has ended (EC2 bills a stopping instance's compute no more)."""
 
 
 @dataclass
@@ -36,7 +39,13 @@ class Recorder:
     catalog: Catalog
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     """(model, action) → how many, for the actions in ``WARN_ACTIONS``."""
-    _billed: set[str] = field(default_factory=set)
+    _billed: set[tuple[str, float]] = field(default_factory=set)
+    """Runs already in the ledger: (instance id, its launch or start)."""
+    _run_start: dict[str, float] = field(default_factory=dict)
+    """When a stopped instance was recorded started again: its run's start where the
+    cloud's launch time is older (EC2 moves it to the start; moto and others do not)."""
+    _ended: set[str] = field(default_factory=set)
+    """Instances recorded as retired."""
     decided: dict[tuple[str, str], int] = field(default_factory=dict)
     """(model, action) → decisions taken, every action."""
     launches: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
@@ -105,6 +114,8 @@ class Recorder:
         instance adopted from the cloud, or launched by hand)."""
         price = self.price(inst.instance_type, inst.market.value)
         self._offering[inst.instance_id] = (inst.instance_type, inst.market.value)
+        if state in BILLED_STATES and inst.state in STOPPED_STATES:
+            self._run_start[inst.instance_id] = now
         if state in BILLED_STATES:
             what = (inst.model, inst.instance_type, inst.market.value, inst.role.value, price)
             self._fleet[inst.instance_id] = what
@@ -130,25 +141,25 @@ class Recorder:
         for inst in got:
             await self.set_state(inst, inst.state, now, why)
 
-    async def bill_retired(
-        self, model: str, retired: Sequence[str], fleet: Sequence[InstanceInfo], end: float
-    ) -> None:
-        """Each retired instance's run in the ledger, once: per second, 60 s minimum."""
-        gone = set(retired)
+    async def _bill_runs(self, model: str, runs: Sequence[InstanceInfo], end: float) -> None:
+        """Each instance's current run (from its launch or last start to ``end``) in the
+        ledger, once: per second, 60 s minimum."""
         entries = []
-        for inst in fleet:
-            if inst.instance_id not in gone or inst.instance_id in self._billed:
+        for inst in runs:
+            start = max(inst.launched_at, self._run_start.get(inst.instance_id, -math.inf))
+            run = (inst.instance_id, start)
+            if run in self._billed:
                 continue
-            self._billed.add(inst.instance_id)
+            self._billed.add(run)
             price = self.price(inst.instance_type, inst.market.value)
-            charge = ec2_charge(price, inst.launched_at, end)
+            charge = ec2_charge(price, start, end)
             key = (model, inst.market.value)
             self.ec2_cost[key] = self.ec2_cost.get(key, 0.0) + charge.cost
             entries.append(
                 LedgerEntry(
                     kind="ec2",
                     model=model,
-                    start=inst.launched_at,
+                    start=start,
                     end=end,
                     component=inst.market.value,
                     unit_price=price,
@@ -159,9 +170,32 @@ class Recorder:
                     billed_seconds=charge.billed_seconds,
                 )
             )
-            await self.set_state(inst, InstanceState.TERMINATED, end, "retired")
         if entries:
             await self.store.add_charges(entries)
+
+    async def bill_stopped(
+        self, model: str, stopped: Sequence[InstanceInfo], end: float, why: str
+    ) -> None:
+        """Stopped instances (standbys): the run each just ended is billed, and the
+        state recorded. A standby runs several times (launched, started at a notice);
+        EC2 bills each run and nothing but EBS while it is stopped, so each run is
+        billed when it ends, not its last start to its termination."""
+        await self._bill_runs(model, [i for i in stopped if i.state in BILLED_STATES], end)
+        for inst in stopped:
+            await self.set_state(inst, InstanceState.STOPPED, end, why)
+
+    async def bill_retired(
+        self, model: str, retired: Sequence[str], fleet: Sequence[InstanceInfo], end: float
+    ) -> None:
+        """Each retired instance's run in the ledger, once: per second, 60 s minimum. An
+        instance retired while stopped ran last until its stop, billed then
+        (``bill_stopped``, or by the daemon before a restart)."""
+        wanted = set(retired)
+        gone = [i for i in fleet if i.instance_id in wanted and i.instance_id not in self._ended]
+        await self._bill_runs(model, [i for i in gone if i.state not in STOPPED_STATES], end)
+        for inst in gone:
+            self._ended.add(inst.instance_id)
+            await self.set_state(inst, InstanceState.TERMINATED, end, "retired")
 
     def prometheus(self) -> str:
         """``/metrics``: every decision; launches and retirements by reason and offering;

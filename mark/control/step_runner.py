@@ -441,7 +441,7 @@ async def _standbys(
         notes += done.notes
     if stop is not None:
         await reconciler.stop(stop.instance_ids)
-        for iid in stop.instance_ids:
-            await recorder.set_state(infos[iid], InstanceState.STOPPED, now, "standby idle")
+        stopped = [infos[iid] for iid in stop.instance_ids]
+        await recorder.bill_stopped(snap_all.model, stopped, now, "standby idle")
         notes.append(Note("stop-standby", stop.reason, count=len(stop.instance_ids)))
     return notes

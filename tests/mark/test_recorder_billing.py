@@ -1,0 +1,99 @@
+"""The ledger bills a standby per run, as EC2 does: launched, stopped, started, stopped
+again, retired while stopped. A real SQLite store; ``mark report`` reads the same rows."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mark.billing import ec2_charge
+from mark.catalog import Market, load_catalog
+from mark.control.recorder import Recorder
+from mark.ports import InstanceInfo, InstanceRole, InstanceState
+from mark.report.aggregate import collect_charges
+from mark.state.store import open_store
+
+T0 = 1_700_000_000.0
+PRICE = load_catalog().offering("t3.large", Market.ON_DEMAND).price_per_hour
+
+
+def _standby(state: InstanceState, launched_at: float) -> InstanceInfo:
+    return InstanceInfo(
+        "i-standby",
+        "digits",
+        "t3.large",
+        Market.ON_DEMAND,
+        state,
+        InstanceRole.STANDBY,
+        launched_at,
+    )
+
+
+@pytest.mark.parametrize("moves_launch_time", [True, False], ids=["ec2", "launch-time-kept"])
+async def test_a_standby_is_billed_for_each_run_and_not_while_stopped(
+    tmp_path: Path, moves_launch_time: bool
+) -> None:
+    """EC2 reports a start as the instance's launch time; moto keeps the first launch,
+    and then the recorder's own record of the start stands for it."""
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/mark.db", upgrade=True)
+    try:
+        rec = Recorder(store, load_catalog())
+        first = _standby(InstanceState.PENDING, T0)
+        await rec.launched([first], T0, "standby pool")
+        await rec.bill_stopped(
+            "digits", [replace(first, state=InstanceState.READY)], T0 + 300, "idle"
+        )
+        # Started at a notice.
+        second = _standby(InstanceState.STOPPED, T0)
+        await rec.set_state(second, InstanceState.PENDING, T0 + 1000, "standby started")
+        listed_at = T0 + 1000 if moves_launch_time else T0
+        started = _standby(InstanceState.READY, listed_at)
+        await rec.bill_stopped("digits", [started], T0 + 1030, "idle")
+        # Retired while stopped: nothing more ran.
+        await rec.bill_retired(
+            "digits", ["i-standby"], [_standby(InstanceState.STOPPED, listed_at)], T0 + 5000
+        )
+        await rec.bill_retired(
+            "digits", ["i-standby"], [_standby(InstanceState.STOPPED, listed_at)], T0 + 6000
+        )
+
+        ledger = await store.ledger()
+        assert [(e.start, e.end, e.billed_seconds) for e in ledger] == [
+            (T0, T0 + 300, 300.0),
+            (T0 + 1000, T0 + 1030, 60.0),  # EC2's 60 s minimum per run
+        ]
+        want = ec2_charge(PRICE, T0, T0 + 300).cost + ec2_charge(PRICE, T0 + 1000, T0 + 1030).cost
+        assert abs(sum(e.cost for e in ledger) - want) < 1e-12
+        assert abs(rec.ec2_cost["digits", "on-demand"] - want) < 1e-12
+
+        # mark report prices the same runs: the ledger's, none added from the events.
+        (inst,) = await store.instances()
+        assert inst.state == InstanceState.TERMINATED.value
+        events = {inst.instance_id: await store.instance_events(inst.instance_id)}
+        charges = collect_charges(ledger, [inst], events, since=None, until=T0 + 7000)
+        assert abs(sum(c.entry.cost for c in charges) - want) < 1e-12
+        assert {c.entry.component for c in charges} == {"standby"}
+    finally:
+        await store.close()
+
+
+async def test_a_retired_running_instance_is_billed_from_its_last_start(tmp_path: Path) -> None:
+    """A standby stopped before a restart, started since and retired running: its last
+    run, once; a fresh recorder (a restarted daemon) bills nothing for a stopped one."""
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/mark.db", upgrade=True)
+    try:
+        rec = Recorder(store, load_catalog())
+        running = _standby(InstanceState.READY, T0 + 2000)
+        await rec.bill_retired("digits", ["i-standby"], [running], T0 + 2600)
+        await rec.bill_retired("digits", ["i-standby"], [running], T0 + 2700)
+        assert [(e.start, e.end) for e in await store.ledger()] == [(T0 + 2000, T0 + 2600)]
+
+        fresh = Recorder(store, load_catalog())
+        other = replace(_standby(InstanceState.STOPPED, T0), instance_id="i-other")
+        await fresh.bill_retired("digits", ["i-other"], [other], T0 + 3000)
+        assert len(await store.ledger()) == 1
+        assert fresh.ec2_cost == {}
+    finally:
+        await store.close()
