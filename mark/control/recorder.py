@@ -1,8 +1,8 @@
 """What the control loop writes down: instance states, decisions, plans, the ledger.
 
 Every decision a step takes becomes a row a user can read with ``mark plan
---explain``; every instance a step ends is billed here, once (per second, with
-EC2's 60 s minimum); the spend-rail hits and forecast clips are also counted
+--explain``; every run a step ends (a retirement, a standby's stop) is billed here,
+once (per second, with EC2's 60 s minimum); the spend-rail hits and forecast clips are also counted
 for ``/metrics``.
 """
 
