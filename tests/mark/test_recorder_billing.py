@@ -80,8 +80,8 @@ async def test_a_standby_is_billed_for_each_run_and_not_while_stopped(
 
 
 async def test_a_retired_running_instance_is_billed_from_its_last_start(tmp_path: Path) -> None:
-    """A standby stopped before a restart, started since and retired running: its last
-    run, once; a fresh recorder (a restarted daemon) bills nothing for a stopped one."""
+    """A standby retired while running (the retirement repeated): its run, once. A fresh
+    recorder (a restarted daemon) bills nothing for one retired while stopped."""
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/mark.db", upgrade=True)
     try:
         rec = Recorder(store, load_catalog())
