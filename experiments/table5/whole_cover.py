@@ -29,29 +29,20 @@ from numpy.typing import NDArray
 
 from mark.catalog import load_catalog
 from mark.cli.simulate_cmd import build_workload
-from mark.errors import UnknownOffering
+from mark.sim.bound import bound_offerings, miss_budget, slot_counts
 from mark.sim.models import paper_model
 
 SLOT_S = 5.0
-BATCH_MAX = 64
 
 
 def offerings(model_name: str, market: str) -> list[tuple[str, float, float]]:
-    """(type, requests per slot, $ per slot) of each profiled type that meets RT_max and
-    is sold in ``market``."""
-    model = paper_model(model_name)
-    catalog = load_catalog()
-    out = []
-    for itype, curve in sorted(model.latency.items()):
-        rates = [n / curve(n) for n in range(1, BATCH_MAX + 1) if curve(n) <= model.rt_max_s]
-        if not rates:
-            continue
-        try:
-            price = catalog.offering(itype, market).price_per_hour
-        except UnknownOffering:
-            continue  # not sold in this market (p2.xlarge has no spot price)
-        out.append((itype, max(rates) * SLOT_S, price * SLOT_S / 3600.0))
-    return out
+    """(type, requests per slot, $ per slot) of each offering the bound buys in
+    ``market`` (``mark.sim.bound.bound_offerings``: profiled types that meet RT_max, at
+    their best SLO-feasible batch rate)."""
+    offers = bound_offerings(paper_model(model_name), load_catalog(), [market])
+    return [
+        (o.instance_type, o.rate_rps * SLOT_S, o.price_per_hour * SLOT_S / 3600.0) for o in offers
+    ]
 
 
 def whole_costs(
@@ -115,12 +106,9 @@ def main() -> None:
     )
     # The arrivals `mark simulate` draws (from the warm-up on, same seed), in the window.
     drawn = wl.arrivals(int(wl.start - args.warmup_s), wl.end, args.seed)
-    arrivals = drawn[drawn >= wl.t0]
-    slots = round(args.hours * 3600.0 / SLOT_S)
-    slot_of = ((arrivals - wl.t0) // SLOT_S).astype(np.int64)
-    counts = np.bincount(slot_of, minlength=slots)[:slots]
+    counts = slot_counts(drawn, wl.t0, float(wl.seconds), SLOT_S)
     offers = offerings(args.model, args.market)
-    budget = int((1.0 - paper_model(args.model).sl_min) * counts.sum())
+    budget = miss_budget(int(counts.sum()), paper_model(args.model).sl_min)
     best = whole_costs(counts, offers)
     unit = min(price / cap for _, cap, price in offers)
 
