@@ -126,7 +126,7 @@ def serving(
             started_at=clock(),
         )
         budget = (
-            MissBudget(m.slo.sl_min, m.slo.decline_share)
+            MissBudget(m.slo.sl_min, m.slo.decline_share, window_s=m.slo.period_s)
             if serverless is not None and m.slo.decline_share > 0
             else None
         )

@@ -23,8 +23,8 @@ largest: per minute ``t``, the highest per-minute peak in the ``lead`` minutes a
 rise the history shows and spends none of the SLO's allowance.
 
 ``carried_rise`` is the least ``R`` whose misses fit a share of the requests in every
-hour of the history (``ACCOUNT_MINUTES``, as the miss budget accounts): every window's
-rate above ``R`` times the level its fleet was planned from (the median peak of the
+hour of the history (``ACCOUNT_MINUTES``, the span its misses are measured on): every
+window's rate above ``R`` times the level its fleet was planned from (the median peak of the
 ten minutes ending a lead time earlier, the newest fleet that could serve it). That
 counts a miss for every request above the rated pool, as if nothing else answered a
 rise (no forecast of it, no SLO-monitor backup, no headroom from whole instances), so
@@ -45,7 +45,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bouncer.miss_budget import WINDOW_S
+from bouncer.miss_budget import RECENT_S
 from provisioner.control_state import Snapshot, StepConfig
 from provisioner.greedy import PlannerOption
 
@@ -92,10 +92,10 @@ def _levels(peaks: np.ndarray, lead: int) -> np.ndarray:
     return out
 
 
-ACCOUNT_MINUTES = round(WINDOW_S / 60.0)
-"""The misses of every hour of the history must fit, not only of the whole: the miss
-budget's own accounting window (``bouncer.miss_budget.WINDOW_S``), since rises come in a
-few of them."""
+ACCOUNT_MINUTES = round(RECENT_S / 60.0)
+"""The misses of every hour of the history must fit, not only of the whole, since rises
+come in a few of them: the span of the measured misses the allowance is judged on
+(``bouncer.miss_budget.RECENT_S``), however long the SLO's period."""
 
 
 def _sliding(per_minute: np.ndarray, span: int) -> np.ndarray:

@@ -14,6 +14,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bouncer.miss_budget import DEFAULT_PERIOD_S as DEFAULT_SLO_PERIOD_S
 from bouncer.miss_budget import DEFAULT_SHARE as DEFAULT_DECLINE_SHARE
 from mark.catalog import load_hosting_prices
 from mark.cli.context import console, err_console, run_async, state
@@ -299,6 +300,14 @@ def simulate(
         "requests that would spill to Lambda (default: the model spec's, "
         f"{DEFAULT_DECLINE_SHARE:g}; 0 never declines)",
     ),
+    slo_period: float | None = typer.Option(
+        None,
+        "--slo-period",
+        min=60.0,
+        help="mark policies: the period in seconds SL_min is kept over, the misses "
+        "declines may spend (default: the model spec's, "
+        f"{DEFAULT_SLO_PERIOD_S:g} s; 3600 keeps every hour within it)",
+    ),
     early_steps: bool = typer.Option(
         True,
         help="mark policies: plan before the next minute once two 5 s windows in a row run "
@@ -337,6 +346,7 @@ def simulate(
         interrupt_rate_per_hour=interrupt_rate,
         interruptions=parse_interruptions(interrupt),
         decline_share=decline_share,
+        slo_period_s=slo_period,
         early_steps=early_steps,
     )
     workload = build_workload(

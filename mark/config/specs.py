@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from bouncer.miss_budget import DEFAULT_PERIOD_S
 from bouncer.miss_budget import DEFAULT_SHARE as DEFAULT_DECLINE_SHARE
 from mark.catalog import Market, load_catalog
 
@@ -42,6 +43,14 @@ class SLO(_Strict):
         description="share of the miss allowance (1 - SL_min) mark may spend declining, with "
         "an immediate explicit error, requests no instance can finish in time instead of "
         "paying Lambda for them; the rest is kept for misses nobody chooses. 0: never decline",
+    )
+    period_s: float = Field(
+        default=DEFAULT_PERIOD_S,
+        ge=60,
+        le=31 * 86_400,
+        description="the period SL_min is kept over, in seconds: declines keep the misses of "
+        "the last period_s within decline_share of its allowance (default a day; 3600 keeps "
+        "every hour within it, at the price of spilling more of a rise to Lambda)",
     )
 
 

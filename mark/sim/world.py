@@ -82,6 +82,8 @@ class SimConfig:
     # The mark policies' share of the SLO's miss budget spent declining what would spill
     # (bouncer.miss_budget; None: the model spec's default).
     decline_share: float | None = None
+    # The SLO's period those misses are kept within (bouncer.miss_budget; None: the spec's).
+    slo_period_s: float | None = None
     early_steps: bool = True  # mark policies: plan early when the load outruns the plan
 
 
@@ -296,7 +298,10 @@ class SimWorld:
             share = self.model.spec().slo.decline_share
         if not self.policy.spill or share <= 0.0:
             return None
-        return MissBudget(self.model.sl_min, share)
+        period = self.cfg.slo_period_s
+        if period is None:
+            period = self.model.spec().slo.period_s
+        return MissBudget(self.model.sl_min, share, window_s=period)
 
     def result(self, extra: Extra | None = None) -> PolicyResult:
         """The measured window priced: EC2 by the second per run, Lambda by GB-second."""

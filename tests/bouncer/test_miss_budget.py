@@ -86,3 +86,23 @@ def test_the_tally_is_the_windows_arrivals_and_misses_at_a_time() -> None:
     b.miss(0.0, 7)
     assert b.tally(30.0) == (1000, 7)
     assert b.tally(60.0 + BUCKET_S) == (0, 0)  # the window has moved past them
+
+
+def test_the_default_period_is_a_day() -> None:
+    # A rise late in the day may spend what its quiet hours allowed; a day later it is gone.
+    b = MissBudget(sl_min=0.99, share=1.0)
+    b.arrive(0.0, 1000)
+    assert b.declinable(7200.0) == 10  # two hours on, the first 1,000 still count
+    assert b.decline(7200.0, 4) == 4
+    assert b.declinable(86_400.0 + BUCKET_S) == 0  # a day and a bucket on, all have left
+
+
+def test_the_tally_is_the_last_hour_whatever_the_period() -> None:
+    # The planner judges what rises may still miss on the last hour's count only.
+    b = MissBudget(sl_min=0.98, share=0.75)
+    b.arrive(0.0, 1000)
+    b.miss(0.0, 7)
+    b.arrive(4000.0, 500)
+    b.miss(4000.0, 2)
+    assert b.tally(4000.0) == (500, 2)
+    assert b.tally(4000.0, span_s=86_400.0) == (1500, 9) == (b.arrived, b.missed)

@@ -93,6 +93,21 @@ def test_sl_min_above_one_names_the_field_value_and_bound() -> None:
     assert "models[0].slo.sl_min = 1.5" in text and "less than or equal to 1" in text
 
 
+def test_the_slo_period_defaults_to_a_day_and_refuses_less_than_a_minute() -> None:
+    def model(slo: dict[str, float]) -> list[dict[str, object]]:
+        return [{"name": "x", "source": "m.pt", "input": {"shape": [3]}, "slo": slo}]
+
+    base = {"rt_max_ms": 100.0, "sl_min": 0.98}
+    spec = load_settings(overrides={"models": model(base)}).models[0]
+    assert spec.slo.period_s == 86_400.0
+    hourly = load_settings(overrides={"models": model({**base, "period_s": 3600.0})})
+    assert hourly.models[0].slo.period_s == 3600.0
+    with pytest.raises(ConfigError) as exc:
+        load_settings(overrides={"models": model({**base, "period_s": 5.0})})
+    text = _one_line(exc)
+    assert "models[0].slo.period_s = 5.0" in text and "greater than or equal to 60" in text
+
+
 def test_unknown_instance_type_lists_allowed_types() -> None:
     with pytest.raises(ConfigError) as exc:
         load_settings(overrides=parse_overrides(["offerings.types=[c5.large, c5.huge]"]))

@@ -90,6 +90,24 @@ async def test_spilled_requests_are_priced_as_lambda_gb_seconds() -> None:
     assert r.within_slo == pytest.approx(0.97)
 
 
+@pytest.mark.parametrize(("period", "kept"), [(None, 86_400.0), (3600.0, 3600.0)])
+def test_the_simulated_bouncer_keeps_the_slo_over_its_period(
+    period: float | None, kept: float
+) -> None:
+    """The simulated Bouncer's miss budget counts the misses of the period the model's
+    SLO is kept over (the spec's, a day, unless ``--slo-period`` says otherwise), as the
+    daemon's does; a baseline without a Bouncer has none."""
+    w = _workload(np.ones(60), 60)
+    cfg = SimConfig(warmup_s=0, slo_period_s=period)
+    arrivals = w.t0 + np.arange(60, dtype=float)
+    sim = Simulation(w, _model(), POLICIES["mark"], cfg, arrivals=arrivals)
+    budget = sim.world.engine.budget
+    assert budget is not None and budget.window_s == kept
+    assert budget.share == _model().spec().slo.decline_share
+    tt = Simulation(w, _model(), POLICIES["ec2-target-tracking"], cfg, arrivals=arrivals)
+    assert tt.world.engine.budget is None
+
+
 def _step_load() -> Workload:
     seconds = 2400
     rates = np.full(seconds, 3.0)
