@@ -8,15 +8,16 @@ for ``/metrics``.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mark.billing import ec2_charge
-from mark.catalog import Catalog
+from mark.catalog import Catalog, Market
 from mark.errors import UnknownOffering
-from mark.ports import InstanceInfo, InstanceState, Store
+from mark.ports import InstanceInfo, InstanceRole, InstanceState, Store
 from mark.state.records import Decision, InstanceRecord, LedgerEntry, PlanRecord
 from provisioner.control_state import Note
 
@@ -31,6 +32,9 @@ RETIREMENTS = frozenset({"retire", "replace-unhealthy", "retire-orphan", "explor
 BILLED_STATES = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY})
 STOPPED_STATES = frozenset({InstanceState.STOPPING, InstanceState.STOPPED})
 """States whose last run has ended (EC2 bills a stopping instance's compute no more)."""
+UNBILLED = frozenset({*STOPPED_STATES, InstanceState.TERMINATED})
+"""States of a record whose run is over or billed; every other one (``draining``, which
+the daemon records for an agent failing its probe, included) is a run still billed."""
 
 
 @dataclass
@@ -141,7 +145,9 @@ class Recorder:
         for inst in got:
             await self.set_state(inst, inst.state, now, why)
 
-    async def _bill_runs(self, model: str, runs: Sequence[InstanceInfo], end: float) -> None:
+    async def _bill_runs(
+        self, model: str, runs: Sequence[InstanceInfo], end: float
+    ) -> list[LedgerEntry]:
         """Each instance's current run (from its launch or last start to ``end``) in the
         ledger, once: per second, 60 s minimum."""
         entries = []
@@ -172,6 +178,7 @@ class Recorder:
             )
         if entries:
             await self.store.add_charges(entries)
+        return entries
 
     async def bill_stopped(
         self, model: str, stopped: Sequence[InstanceInfo], end: float, why: str
@@ -196,6 +203,39 @@ class Recorder:
         for inst in gone:
             self._ended.add(inst.instance_id)
             await self.set_state(inst, InstanceState.TERMINATED, end, "retired")
+
+    async def bill_vanished(self, rec: InstanceRecord, last_seen: float) -> LedgerEntry | None:
+        """The last run of an instance the store holds as live but the cloud no longer
+        lists (found at a restart), unless the ledger has it: the run a daemon that died
+        between its terminate call and ``bill_retired`` never billed, or one that ended
+        while no daemon ran. Billed from its launch or last start to ``last_seen``, the
+        last step the old daemon took (not earlier than the record's own last change):
+        a lower estimate, since the run ended at or after it, and none is nearer to hand.
+        None when nothing is billed: a stopped instance (its run was billed at its stop)
+        or a run already in the ledger."""
+        if rec.state in UNBILLED:
+            return None
+        start = rec.launched_at
+        events = await self.store.instance_events(rec.instance_id)
+        for before, after in itertools.pairwise(events):
+            if before.state in STOPPED_STATES and after.state not in UNBILLED:
+                start = max(start, after.at)  # a stopped standby started again: a new run
+        near = await self.store.ledger(since=start - 0.5, until=start + 0.5)
+        if (rec.instance_id, start) in self._billed or any(
+            e.kind == "ec2" and e.instance_id == rec.instance_id for e in near
+        ):
+            return None
+        inst = InstanceInfo(
+            rec.instance_id,
+            rec.model,
+            rec.instance_type,
+            Market(rec.market),
+            InstanceState.RUNNING,
+            InstanceRole(rec.role),
+            start,
+        )
+        billed = await self._bill_runs(rec.model, [inst], max(last_seen, rec.updated_at, start))
+        return billed[0] if billed else None
 
     def prometheus(self) -> str:
         """``/metrics``: every decision; launches and retirements by reason and offering;

@@ -97,3 +97,42 @@ async def test_a_retired_running_instance_is_billed_from_its_last_start(tmp_path
         assert fresh.ec2_cost == {}
     finally:
         await store.close()
+
+
+async def test_a_vanished_standby_is_billed_from_its_last_start_once(tmp_path: Path) -> None:
+    """A standby stopped (that run billed), started at a notice, then gone from the cloud
+    while no daemon billed it: a restarted daemon's fresh recorder bills the second run
+    from its start to the old daemon's last step, once; a stopped one, nothing."""
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/mark.db", upgrade=True)
+    try:
+        old = Recorder(store, load_catalog())
+        first = _standby(InstanceState.PENDING, T0)
+        await old.launched([first], T0, "standby pool")
+        await old.bill_stopped(
+            "digits", [replace(first, state=InstanceState.READY)], T0 + 300, "idle"
+        )
+        await old.set_state(
+            _standby(InstanceState.STOPPED, T0), InstanceState.PENDING, T0 + 1000, "notice"
+        )
+        other = replace(_standby(InstanceState.PENDING, T0), instance_id="i-other")
+        await old.launched([other], T0, "standby pool")
+        await old.bill_stopped(
+            "digits", [replace(other, state=InstanceState.READY)], T0 + 200, "idle"
+        )
+
+        fresh = Recorder(store, load_catalog())
+        recs = {r.instance_id: r for r in await store.instances()}
+        entry = await fresh.bill_vanished(recs["i-standby"], T0 + 1500)
+        assert entry is not None and (entry.start, entry.end) == (T0 + 1000, T0 + 1500)
+        assert await fresh.bill_vanished(recs["i-other"], T0 + 1500) is None  # stopped
+        again = Recorder(store, load_catalog())  # a second restart bills it no more
+        assert await again.bill_vanished(recs["i-standby"], T0 + 1800) is None
+        ledger = await store.ledger()
+        assert sorted((e.instance_id, e.start, e.end) for e in ledger) == [
+            ("i-other", T0, T0 + 200),
+            ("i-standby", T0, T0 + 300),
+            ("i-standby", T0 + 1000, T0 + 1500),
+        ]
+        assert abs(entry.cost - PRICE * 500 / 3600) < 1e-12
+    finally:
+        await store.close()

@@ -10,6 +10,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from bouncer.latency import BatchLatency
 from mark.catalog import Market, load_catalog
 from mark.cloud.aws.fleet import AwsFleet, LaunchSpec
@@ -99,6 +101,44 @@ async def test_a_restarted_controller_adopts_the_fleet_and_launches_nothing_twic
             await third.adopt(now + 60)
             (idle,) = await third.step(now + 120)
             assert idle.retired == [] and idle.held
+    finally:
+        await store.close()
+
+
+async def test_a_run_terminated_just_before_a_crash_is_billed_at_the_restart(
+    aws_env: str, ami: str, cluster: str, tmp_path: Path
+) -> None:
+    """The daemon terminates an instance and dies before it bills the run: the restarted
+    controller finds it live in the store and gone from EC2, and bills the run from its
+    launch to the old controller's last step, once, however often it restarts."""
+    settings, options = _setup()
+    model = settings.models[0].name
+    now = time.time()
+    store = await _store_with_load(tmp_path, model, 2 * options[0].capacity_rps, now)
+    try:
+        async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
+            first = Controller(settings, fleet, store, {model: options})
+            (res,) = await first.step(now)
+            victim, *kept = res.launched
+            await first.step(now + 60)  # the last step the old controller plans
+            await fleet.terminate([victim.instance_id])  # ... and the crash, before billing
+        assert await store.ledger() == []
+
+        for restart in (now + 300, now + 400):
+            async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
+                adopted = await Controller(settings, fleet, store, {model: options}).adopt(restart)
+            assert {i.instance_id for i in adopted} == {i.instance_id for i in kept}
+            (entry,) = await store.ledger()
+            assert (entry.instance_id, entry.start, entry.end) == (
+                victim.instance_id,
+                victim.launched_at,
+                now + 60,
+            )
+            assert entry.cost == pytest.approx(
+                entry.unit_price * max(60.0, now + 60 - victim.launched_at) / 3600  # EC2's minimum
+            )
+            (rec,) = await store.instances(model=model, states=["terminated"])
+            assert rec.instance_id == victim.instance_id
     finally:
         await store.close()
 
