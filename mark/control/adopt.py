@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from mark.config import Settings
 from mark.control.recorder import Recorder
+from mark.control.vanished import end_vanished
 from mark.ports import Fleet, InstanceInfo, InstanceState, Store
 from mark.state.records import Decision
 from provisioner.control_state import ControlState
@@ -26,30 +27,14 @@ async def adopt_fleet(
     had just been using; the next step plans with them and launches only what
     they do not cover. Instances the store still holds as live that the cloud
     no longer lists (or lists shutting down) are marked terminated, and their last run
-    billed if the ledger lacks it (``Recorder.bill_vanished``): a daemon killed between
+    billed if the ledger lacks it (``mark.control.vanished``): a daemon killed between
     a terminate call and its billing loses no run.
     """
     # One already shutting down was being retired (EC2 bills it no more): not adopted.
     listed = [i for i in await fleet.list() if i.state is not InstanceState.SHUTTING_DOWN]
     for inst in listed:
         await recorder.set_state(inst, inst.state, now, "adopted after a restart")
-    ids = {i.instance_id for i in listed}
-    # ``draining``: the daemon's record of an agent failing its probe (``mark.daemon``).
-    live = [*(s.value for s in InstanceState if s is not InstanceState.TERMINATED), "draining"]
-    last_step: dict[str, float] = {}
-    for rec in await store.instances(states=live):
-        if rec.instance_id in ids:
-            continue
-        if rec.model not in last_step:
-            plans = await store.plans(rec.model, limit=1)
-            last_step[rec.model] = plans[0].at if plans else rec.updated_at
-        billed = await recorder.bill_vanished(rec, last_step[rec.model])
-        why = "no longer in the cloud at restart"
-        if billed is not None:
-            why += f"; its last run billed until the old daemon's last step ({billed.end:.0f})"
-        await store.set_instance_state(
-            rec.instance_id, InstanceState.TERMINATED.value, now, reason=why
-        )
+    await end_vanished(store, recorder, listed, now, at_restart=True)
     for spec in settings.models:
         mine = [i for i in listed if i.model == spec.name]
         control = state.of(spec.name)

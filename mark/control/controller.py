@@ -57,6 +57,7 @@ from mark.control.step_runner import (
     start_standbys,
     sweep_orphans,
 )
+from mark.control.vanished import end_vanished
 from mark.errors import StoreError
 from mark.ports import Clock, Fleet, InstanceInfo, InterruptionNotice, Store
 from predictor.base import Forecaster
@@ -271,6 +272,7 @@ class Controller:
         """Every model's step (``early``: only these, each with why it runs early)."""
         out = []
         listed = await self.fleet.list()
+        await end_vanished(self.store, self._parts.recorder, listed, now)
         configured = {m.name for m in self.settings.models}
         self.state = forget_gone(self.state, {i.instance_id for i in listed}, configured)
         for spec in self.settings.models:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from mark.billing import ec2_charge
@@ -61,6 +61,18 @@ class Recorder:
     """instance id → (type, market), for a retirement note that names only the instance."""
     _fleet: dict[str, tuple[str, str, str, str, float]] = field(default_factory=dict)
     """Billed instances: id → (model, type, market, role, $/h), from recorded states."""
+    seen: dict[str, float] = field(default_factory=dict)
+    """Instance id → the last time a step listed it live (``mark.control.vanished``)."""
+
+    def saw(self, instance_ids: Collection[str], now: float) -> None:
+        """A step listed these instances live at ``now``."""
+        for iid in instance_ids:
+            self.seen[iid] = now
+
+    def forget(self, instance_id: str) -> None:
+        """An instance has ended outside ``set_state``: no longer seen, nor in the fleet."""
+        self.seen.pop(instance_id, None)
+        self._fleet.pop(instance_id, None)
 
     def price(self, instance_type: str, market: str) -> float:
         try:
@@ -125,6 +137,8 @@ class Recorder:
             self._fleet[inst.instance_id] = what
         else:
             self._fleet.pop(inst.instance_id, None)
+        if state is InstanceState.TERMINATED:
+            self.seen.pop(inst.instance_id, None)
         await self.store.upsert_instance(
             InstanceRecord(
                 inst.instance_id,

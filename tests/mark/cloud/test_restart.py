@@ -124,7 +124,7 @@ async def test_a_run_terminated_just_before_a_crash_is_billed_at_the_restart(
             await fleet.terminate([victim.instance_id])  # ... and the crash, before billing
         assert await store.ledger() == []
 
-        for restart in (now + 300, now + 400):
+        for restart in (now + 400, now + 500):
             async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
                 adopted = await Controller(settings, fleet, store, {model: options}).adopt(restart)
             assert {i.instance_id for i in adopted} == {i.instance_id for i in kept}
@@ -139,6 +139,40 @@ async def test_a_run_terminated_just_before_a_crash_is_billed_at_the_restart(
             )
             (rec,) = await store.instances(model=model, states=["terminated"])
             assert rec.instance_id == victim.instance_id
+    finally:
+        await store.close()
+
+
+async def test_an_instance_terminated_behind_the_daemons_back_is_ended_and_billed(
+    aws_env: str, ami: str, cluster: str, tmp_path: Path
+) -> None:
+    """A user terminates one of mark's instances by hand while the daemon runs: the next
+    step records it terminated and bills its run up to the last step that listed it
+    live, which /metrics counts among the EC2 dollars spent."""
+    settings, options = _setup()
+    model = settings.models[0].name
+    now = time.time()
+    store = await _store_with_load(tmp_path, model, 2 * options[0].capacity_rps, now)
+    try:
+        async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
+            ctl = Controller(settings, fleet, store, {model: options})
+            (res,) = await ctl.step(now)
+            victim = res.launched[0]
+            await ctl.step(now + 60)  # lists it live
+            await fleet.terminate([victim.instance_id])  # by hand, not by mark
+            await ctl.step(now + 400)
+            await ctl.step(now + 460)  # and again: billed once
+        (entry,) = await store.ledger()
+        assert (entry.instance_id, entry.start, entry.end) == (
+            victim.instance_id,
+            victim.launched_at,
+            now + 60,
+        )
+        (rec,) = await store.instances(model=model, states=["terminated"])
+        assert rec.instance_id == victim.instance_id
+        spent = f'mark_ec2_cost_dollars_total{{model="{model}",market="on-demand"}}'
+        (line,) = [x for x in ctl.prometheus().splitlines() if x.startswith(spent)]
+        assert float(line.split()[-1]) == pytest.approx(entry.cost, abs=1e-6)
     finally:
         await store.close()
 
@@ -172,6 +206,10 @@ async def test_a_re_run_step_that_cannot_yet_see_its_launch_buys_nothing(
             # The next control step is a new decision: it may buy (the view still lags).
             (res3,) = await ctl.step(now + settings.timings.update_period_s)
             assert {i.instance_id for i in res3.launched}.isdisjoint(bought)
+            # A list that has not caught up with a launch ends nothing, nor bills it.
+            recs = {r.instance_id: r for r in await store.instances(model=model)}
+            assert all(recs[i].state != "terminated" for i in bought)
+            assert await store.ledger() == []
     finally:
         await store.close()
 
