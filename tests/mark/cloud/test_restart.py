@@ -6,6 +6,7 @@ SQLite file shared by the controller before and after the "crash".
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,6 +44,17 @@ async def _store_with_load(tmp_path: Path, model: str, rate: float, now: float) 
         [ArrivalWindow(model, start + 5 * k, 5.0, int(rate * 5)) for k in range(720)]
     )
     return store
+
+
+async def _two_instances_of_load(
+    tmp_path: Path,
+) -> tuple[Settings, list[PlannerOption], str, float, SqlStore]:
+    """The setup, its model, now, and a store whose last hour asks for two instances."""
+    settings, options = _setup()
+    model = settings.models[0].name
+    now = time.time()
+    store = await _store_with_load(tmp_path, model, 2 * options[0].capacity_rps, now)
+    return settings, options, model, now, store
 
 
 class LaggingFleet:
@@ -111,10 +123,7 @@ async def test_a_run_terminated_just_before_a_crash_is_billed_at_the_restart(
     """The daemon terminates an instance and dies before it bills the run: the restarted
     controller finds it live in the store and gone from EC2, and bills the run from its
     launch to the old controller's last step, once, however often it restarts."""
-    settings, options = _setup()
-    model = settings.models[0].name
-    now = time.time()
-    store = await _store_with_load(tmp_path, model, 2 * options[0].capacity_rps, now)
+    settings, options, model, now, store = await _two_instances_of_load(tmp_path)
     try:
         async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
             first = Controller(settings, fleet, store, {model: options})
@@ -134,9 +143,10 @@ async def test_a_run_terminated_just_before_a_crash_is_billed_at_the_restart(
                 victim.launched_at,
                 now + 60,
             )
-            assert entry.cost == pytest.approx(
-                entry.unit_price * max(60.0, now + 60 - victim.launched_at) / 3600  # EC2's minimum
-            )
+            # Per second, rounded up, with EC2's 60 s minimum.
+            billed = max(60.0, math.ceil(now + 60 - victim.launched_at))
+            assert entry.billed_seconds == billed
+            assert entry.cost == pytest.approx(entry.unit_price * billed / 3600)
             (rec,) = await store.instances(model=model, states=["terminated"])
             assert rec.instance_id == victim.instance_id
     finally:
@@ -149,10 +159,7 @@ async def test_an_instance_terminated_behind_the_daemons_back_is_ended_and_bille
     """A user terminates one of mark's instances by hand while the daemon runs: the next
     step records it terminated and bills its run up to the last step that listed it
     live, which /metrics counts among the EC2 dollars spent."""
-    settings, options = _setup()
-    model = settings.models[0].name
-    now = time.time()
-    store = await _store_with_load(tmp_path, model, 2 * options[0].capacity_rps, now)
+    settings, options, model, now, store = await _two_instances_of_load(tmp_path)
     try:
         async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
             ctl = Controller(settings, fleet, store, {model: options})
