@@ -329,7 +329,7 @@ class PlannerSpec(_Strict):
         le=1,
         description="where pooled_capacity is auto and spill cannot answer in time: the "
         "share of the SLO's miss allowance (1 - SL_min) the pool may leave to rises, less "
-        "what the last hour's misses already spent (as the miss budget's declines); the "
+        "what the last hour's misses already spent (every miss, declines included); the "
         "pool then carries the least rise whose misses fit it in every hour of the "
         "model's history. 0: carry the largest rise within a boot time the history shows",
     )

@@ -9,7 +9,7 @@ agent in ``bouncer.wire``'s protocol. The instance's Bouncer answers at once
 with what it admits; what it rejects, and everything when no instance exists,
 goes to the ``Serverless`` port straight away, less what the SLO's miss budget
 declines (``bouncer.miss_budget``: an explicit ``DECLINED`` error at once, while the
-last hour's misses leave room), as the simulator's engine does. Every request ends in an
+misses of the SLO's period leave room), as the simulator's engine does. Every request ends in an
 ``Outcome``: an output, or an explicit error. None is lost. The deadline an
 agent is given is the request's less the instance's transport allowance (how
 late its results come back, ``bouncer.routing.allowance_after``), so what its
