@@ -70,8 +70,16 @@ class Daemon:
                 "local": {"control_loop": False, "boot_delay_s": 0, "lambda_concurrency": 1},
             }
         )
+        # No declines: one is a deliberate 503 whatever the input (load shedding, tested in
+        # ``tests/mark/serve/test_dispatcher.py``), and a loaded machine can slow the agent
+        # into one; the fuzz is about what inputs do.
+        (spec,) = settings.models
+        spec = spec.model_copy(update={"slo": spec.slo.model_copy(update={"decline_share": 0.0})})
+        settings = settings.model_copy(update={"models": (spec,)})
         ensure_demo_model(self.data_dir)
         self.run = run = await start(settings)
+        assert run.models["digits"].dispatcher is not None
+        assert run.models["digits"].dispatcher.budget is None
         fleet = run.world.fleet
         assert fleet is not None
         await fleet.launch(LaunchRequest("digits", "c5.large", Market.ON_DEMAND))
