@@ -40,7 +40,8 @@ def test_a_batch_takes_what_waits_then_fills_until_its_window_ends() -> None:
     # N_batch 4, W_batch 0.2 s: opened at 0.0, it takes 0.05 and 0.1, then goes at 0.2.
     arr = [0.0, 0.05, 0.1, 1.0]
     assert window_end(0.0, 0.2) == pytest.approx(0.2)
-    assert fill(arr, 0, len(arr), 0.0, 4, 0.2) == (3, pytest.approx(0.2))
+    taken, goes_at = fill(arr, 0, len(arr), 0.0, 4, 0.2)
+    assert taken == 3 and goes_at == pytest.approx(0.2)
     # Full before its window ends: it goes when the N_batch-th request arrives.
     assert fill([0.0, 0.01, 0.02, 0.03, 0.04], 0, 5, 0.0, 4, 0.2) == (4, 0.03)
     # Opened late (the batcher was busy until 0.5): everything waiting joins, up to
@@ -56,7 +57,7 @@ def test_the_backlog_re_anchors_busy_until_when_a_batch_ends() -> None:
     t = BatchLatency.from_mapping({1: 0.1})
     first = q.offer(1000.0, [1010.0], t)
     second = q.offer(1000.0, [1010.0], t)
-    assert (q.depth, q.busy_until) == (2, pytest.approx(1000.2))
+    assert q.depth == 2 and q.busy_until == pytest.approx(1000.2)
     q.done(1000.5, first)  # the first ran 0.5 s instead of 0.1 s
     assert q.busy_until == pytest.approx(1000.6)
     assert q.offer(1000.5, [1000.65], t).rejected == (0,)

@@ -41,7 +41,8 @@ from mark.cloud.standins.ec2_host import Ec2Host
 from mark.cloud.standins.lambda_api import LambdaApi
 from mark.cloud.standins.pricing_api import PricingApi
 from mark.config import Settings, load_settings
-from mark.daemon import Running, resolve_source, start, stop
+from mark.control import resolve_source
+from mark.daemon import Running, start, stop
 from mark.demo import load_digits_tensors
 from mark.ports import InstanceRole, InstanceState
 from mark.state import ArrivalWindow, open_store
@@ -306,14 +307,14 @@ async def test_the_aws_world_runs_the_whole_control_loop(
     # Restart: a new daemon adopts the fleet by its tags and buys nothing twice.
     run = await start(settings)
     try:
-        fleet = run.world.fleet
-        assert fleet is not None and run.controller is not None
+        new_fleet = run.world.fleet
+        assert new_fleet is not None and run.controller is not None
         decisions = await run.store.decisions(0, 1e12)
         assert any(d.action == "adopt" for d in decisions)
         pings = cloud["lambda"].pings
         await asyncio.sleep(settings.timings.update_period_s + 1)  # another step ran
         assert cloud["lambda"].pings > pings, "the spill function is kept warm"
-        now_listed = {i.instance_id for i in await fleet.list()}
+        now_listed = {i.instance_id for i in await new_fleet.list()}
         why = "\n".join(
             f"{d.at:.1f} {d.action} {d.instance_type} {d.instance_id}: {d.reason[:160]}"
             for d in await run.store.decisions(0, 1e12)
@@ -321,8 +322,8 @@ async def test_the_aws_world_runs_the_whole_control_loop(
         assert now_listed == bought, f"bought {sorted(bought)}, now {sorted(now_listed)}\n{why}"
 
         # AWS warns that the spot instance will be reclaimed: EventBridge -> SQS -> controller.
-        victim = next(i for i in await fleet.list() if i.role is InstanceRole.SERVING)
-        standby = next(i for i in await fleet.list() if i.role is InstanceRole.STANDBY)
+        victim = next(i for i in await new_fleet.list() if i.role is InstanceRole.SERVING)
+        standby = next(i for i in await new_fleet.list() if i.role is InstanceRole.STANDBY)
         async with get_session().create_client(
             "events", region_name=REGION, endpoint_url=cloud["endpoint"]
         ) as events:
@@ -337,11 +338,11 @@ async def test_the_aws_world_runs_the_whole_control_loop(
                     }
                 ]
             )
-        dispatcher = run.models["digits"].dispatcher
-        assert dispatcher is not None
+        new_dispatcher = run.models["digits"].dispatcher
+        assert new_dispatcher is not None
 
         async def standby_serves() -> bool:
-            return standby.instance_id in dispatcher.backends
+            return standby.instance_id in new_dispatcher.backends
 
         await _until("the started standby serves", standby_serves)
         # The agent on the doomed instance hears the same reclaim from IMDS: no second start.

@@ -71,6 +71,9 @@ async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: 
     )
     run = await start(_spill_everything(settings))
     try:
+        from mark.cloud.local.world import LocalWorld
+
+        assert isinstance(run.world, LocalWorld)
         fleet = run.world.fleet
         assert fleet is not None
         (inst,) = await fleet.launch(LaunchRequest("digits", "c5.large", Market.ON_DEMAND))
@@ -155,7 +158,7 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
         assert isinstance(run.world, LocalWorld)
         profile = run.world.profiles["digits"]
         stretch = default_slowdown(run.controller.catalog, settings.local.slowdown)
-        expected = build_options(
+        expected_options = build_options(
             settings.models[0],
             run.controller.catalog,
             ["c5.large"],
@@ -163,7 +166,7 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
             {"c5.large": profile.scaled(stretch("c5.large"))},
             boot_s=run.controller.boot_s,
         )
-        assert run.controller.options["digits"] == expected
+        assert run.controller.options["digits"] == expected_options
         (spot,) = await fleet.launch(LaunchRequest("digits", "c5.large", Market.SPOT))
         (standby,) = await fleet.launch(
             LaunchRequest("digits", "t3.large", Market.ON_DEMAND, 1, InstanceRole.STANDBY)

@@ -554,7 +554,8 @@ async def _serve(settings: Settings) -> tuple[Running, asyncio.Task[None]]:
     """``serve(settings)`` as a task, once it is up: the daemon ``mark up`` runs."""
     up: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(serve(settings, on_ready=up.set_result))
-    await asyncio.wait({task, up}, return_when=asyncio.FIRST_COMPLETED)
+    either: set[asyncio.Future[None] | asyncio.Future[Running]] = {task, up}
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     if not up.done():
         await task  # raises what stopped it
         raise AssertionError("the daemon returned before it was up")

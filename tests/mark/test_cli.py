@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,14 +129,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _post(url: str, body: object, key: str) -> dict[str, object]:
+def _post(url: str, body: object, key: str) -> dict[str, Any]:
     req = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
     )
     with urllib.request.urlopen(req, timeout=60) as r:
-        return json.load(r)  # type: ignore[no-any-return]
+        reply: dict[str, Any] = json.load(r)
+        return reply
 
 
 def test_up_serves_real_predictions_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
@@ -169,7 +171,7 @@ def test_up_serves_real_predictions_and_stops_cleanly_on_ctrl_c(tmp_path: Path) 
         assert denied.value.code == 401
         # the printed example is the first image of scikit-learn's digits: a zero
         v1 = _post(f"{url}/v1/models/digits:predict", payload, key)
-        (logits,) = v1["predictions"]  # type: ignore[misc]
+        (logits,) = v1["predictions"]
         assert max(range(10), key=lambda i: logits[i]) == 0
         flat = [v for row in payload["instances"][0][0] for v in row]
         v2 = _post(
@@ -180,7 +182,7 @@ def test_up_serves_real_predictions_and_stops_cleanly_on_ctrl_c(tmp_path: Path) 
             },
             key,
         )
-        (out,) = v2["outputs"]  # type: ignore[misc]
+        (out,) = v2["outputs"]
         assert v2["id"] == "r1" and out["shape"] == [1, 10] and out["datatype"] == "FP32"
         assert out["data"] == pytest.approx(logits, rel=1e-5)
         scrape = urllib.request.Request(f"{url}/metrics", headers={"X-Api-Key": key})

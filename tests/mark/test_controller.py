@@ -622,7 +622,7 @@ async def test_the_capacity_target_buys_for_less_than_the_peak(tmp_path: Path) -
     cap = options[0].capacity_rps
     # spill at twice an instance's price per request: cover the median window (q = 0.5)
     c_o = options[0].price_per_hour / 3600.0 / best_capacity(options[0])
-    launched = []
+    launched: list[int] = []
     for spills in (None, SpillCounts(total=100, within=100, cost=100 * 2 * c_o)):
         store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/{len(launched)}.db", upgrade=True)
         try:

@@ -79,7 +79,7 @@ def test_poisson_schedule_statistics() -> None:
 
 
 def test_model_input_from_v2_metadata_and_bodies() -> None:
-    meta = {
+    meta: dict[str, Any] = {
         "name": "digits",
         "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 1, 8, 8]}],
         "slo": {"rt_max_ms": 100, "sl_min": 0.98},
@@ -94,7 +94,7 @@ def test_model_input_from_v2_metadata_and_bodies() -> None:
     assert v2["shape"] == [1, 1, 8, 8] and len(v2["data"]) == 64
     assert np.asarray(orjson.loads(inp.body(row, "v1"))["instances"]).shape == (1, 1, 8, 8)
     with pytest.raises(LoadgenError, match="not supported"):
-        ModelInput.from_metadata({**meta, "inputs": [{**meta["inputs"][0], "datatype": "BYTES"}]})  # type: ignore[dict-item]
+        ModelInput.from_metadata({**meta, "inputs": [{**meta["inputs"][0], "datatype": "BYTES"}]})
     with pytest.raises(LoadgenError, match="lacks inputs"):
         ModelInput.from_metadata({"name": "x"})
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -15,6 +16,7 @@ from mark.control.profiles import rate_options
 from mark.errors import ConfigError
 from mark.profile_files import load_profile_file
 from mark.state import ProfileRecord, open_store
+from mark.world import World
 from provisioner.profile_choice import choose_profiles
 
 PAPER = Path(__file__).resolve().parents[3] / "shared" / "data" / "profiles" / "mark-paper.json"
@@ -34,6 +36,12 @@ class RuleWorld:
         if self.t1 is None:
             return {}
         return {t: BatchLatency.from_mapping({1: self.t1, 8: 4 * self.t1}) for t in types}
+
+
+def rule_world(t1: float | None) -> World:
+    """A ``RuleWorld`` as the ``World`` ``rate_options`` takes: it reads only ``boot_s``
+    and ``emulated_latency``, all a RuleWorld has."""
+    return cast(World, RuleWorld(t1))
 
 
 def test_precedence_is_measured_then_shipped_then_emulated() -> None:
@@ -67,12 +75,14 @@ async def test_aws_rates_only_from_measured_or_shipped_profiles(tmp_path: Path) 
         await store.put_profile(
             ProfileRecord("digits", "c5.large", "measured", ((1, 0.004), (8, 0.012)), 1.0)
         )
-        rated = await rate_options(settings, spec, RuleWorld(None), store, "unused", load_catalog())
+        rated = await rate_options(
+            settings, spec, rule_world(None), store, "unused", load_catalog()
+        )
         assert rated.sources == {"c5.large": "measured", "c5.xlarge": "shipped"}
         assert {o.instance_type for o in rated.options} == {"c5.large", "c5.xlarge"}  # not m5
         assert rated.standby_capacity_rps == 0.0  # t3.large has no profile: no standby
         local = await rate_options(
-            settings, spec, RuleWorld(0.002), store, "unused", load_catalog()
+            settings, spec, rule_world(0.002), store, "unused", load_catalog()
         )
         # inf1 needs a compiled Neuron artifact: without one it is not rated, even emulated
         inf = settings.model_copy(
@@ -82,10 +92,10 @@ async def test_aws_rates_only_from_measured_or_shipped_profiles(tmp_path: Path) 
                 )
             }
         )
-        plain = await rate_options(inf, spec, RuleWorld(0.002), store, "u", load_catalog())
+        plain = await rate_options(inf, spec, rule_world(0.002), store, "u", load_catalog())
         assert "inf1.xlarge" not in plain.sources
         neuron = spec.model_copy(update={"neuron_artifact": "/models/digits.neuron.pt"})
-        compiled = await rate_options(inf, neuron, RuleWorld(0.002), store, "u", load_catalog())
+        compiled = await rate_options(inf, neuron, rule_world(0.002), store, "u", load_catalog())
         assert compiled.sources["inf1.xlarge"] == "emulated"
         assert local.sources["m5.large"] == "emulated"
         assert local.sources["c5.large"] == "measured" and local.standby_capacity_rps > 0

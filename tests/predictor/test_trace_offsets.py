@@ -37,7 +37,7 @@ def counts(seconds: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     t = np.arange(seconds)
     lam = 30 + 20 * np.sin(2 * np.pi * t / DAY) + 10 * np.sin(2 * np.pi * t / 3600)
-    c = rng.poisson(lam).astype(np.int64)
+    c: np.ndarray = rng.poisson(lam).astype(np.int64)
     c[5000:5400] = 0  # a gap: missing, not load
     c[9000:9030] = 0  # 30 s of silence: load
     return c

@@ -75,7 +75,11 @@ def test_the_carried_rise_spends_the_allowed_misses_on_the_rarest_rise() -> None
     assert carried_rise(grid, 2, 0.05) == pytest.approx(2.125)
     assert carried_rise(grid, 2, 24 * 20 / 4200) == 1.0  # the whole rise fits the allowance
     shares = [0.0, 0.01, 0.03, 0.05, 0.1, 0.2]
-    rises = [carried_rise(grid, 2, s) for s in shares]
+    rises: list[float] = []
+    for s in shares:
+        rise = carried_rise(grid, 2, s)
+        assert rise is not None
+        rises.append(rise)
     assert rises == sorted(rises, reverse=True)  # more allowance, less to carry
 
 

@@ -25,6 +25,9 @@ from provisioner.target_tracking import (
 
 CFG = TargetTrackingConfig(target_invocations_per_instance=100.0, max_capacity=10)
 
+# (now_s, invocations, in_service, updating, update_done_s): one minute of an endpoint.
+EndpointMinute = tuple[float, float, int, bool, float | None]
+
 
 def feed(
     state: TargetTrackingState,
@@ -43,7 +46,7 @@ def feed(
 
 def feed_endpoint(
     cfg: TargetTrackingConfig,
-    minutes: list[tuple[float, float, int, bool, float | None]],
+    minutes: list[EndpointMinute],
     state: TargetTrackingState | None = None,
 ) -> list[int]:
     """Feed (now_s, invocations, in_service, updating, update_done_s); desired after each."""
@@ -171,7 +174,7 @@ def test_the_scale_in_cooldown_after_a_scale_out_runs_from_when_its_instances_ar
     # dropped; 2 low datapoints would scale in). From t=360 the load (60/min on 3 = 20) is
     # low, but the scale-out's cooldown runs 330 -> 630: the first scale-in is at t=660,
     # to ceil(3 * 20 / 100) = 1. Counted from the decision (180 -> 480) it would be t=480.
-    minutes = [(60.0 * k, 250.0, 1, False, None) for k in (1, 2, 3)]
+    minutes: list[EndpointMinute] = [(60.0 * k, 250.0, 1, False, None) for k in (1, 2, 3)]
     minutes += [(240.0, 50.0, 1, True, None), (300.0, 50.0, 1, True, None)]
     minutes += [(60.0 * k, 60.0, 3, False, 330.0) for k in range(6, 12)]
     assert feed_endpoint(SM, minutes) == [1, 1, 3, 3, 3, 3, 3, 3, 3, 3, 1]
@@ -187,14 +190,14 @@ def test_the_scale_out_cooldown_runs_from_completion_so_slow_boots_do_not_oversh
     # at 480 and 540: only a larger scale-out than the load alone needs could go
     # (ceil(250 / 100) = 3: none). (No update block here, to isolate the cooldown.)
     from_completion = replace(SM, block_while_updating=False, datapoints_in=15)
-    minutes = [(60.0 * k, 250.0, 1, k > 3, None) for k in range(1, 10)]
+    minutes: list[EndpointMinute] = [(60.0 * k, 250.0, 1, k > 3, None) for k in range(1, 10)]
     assert feed_endpoint(from_completion, minutes) == [1, 1, 3, 3, 3, 3, 3, 3, 3]
     from_decision = TargetTrackingConfig(100.0, max_capacity=10)
     assert feed_endpoint(from_decision, minutes) == [1, 1, 3, 3, 3, 3, 3, 8, 8]
     # In service at 580: its cooldown runs 580 -> 880. At t=600, 450/min on 3 = 150 is
     # high (with 250, 250 before it): inside the cooldown a larger scale-out still goes,
     # sized by the load alone: ceil(450 / 100) = 5.
-    done = [(600.0, 450.0, 3, False, 580.0)]
+    done: list[EndpointMinute] = [(600.0, 450.0, 3, False, 580.0)]
     assert feed_endpoint(from_completion, minutes + done)[-1] == 5
 
 
@@ -203,7 +206,7 @@ def test_nothing_rescales_while_the_endpoint_is_updating() -> None:
     # load jumps to 1000/min. SageMaker's endpoint is Updating: no new activity, even a
     # larger one; once it is InService (t=300) the step sizes from the load at once
     # (still in the cooldown): ceil(1000 / 100) = 10.
-    minutes = [(60.0 * k, 250.0, 1, False, None) for k in (1, 2, 3)]
+    minutes: list[EndpointMinute] = [(60.0 * k, 250.0, 1, False, None) for k in (1, 2, 3)]
     surge = [*minutes, (240.0, 1000.0, 1, True, None), (300.0, 1000.0, 3, False, 290.0)]
     assert feed_endpoint(SM, surge) == [1, 1, 3, 3, 10]
     # Without the block the larger scale-out goes out at t=240.

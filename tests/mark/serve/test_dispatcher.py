@@ -110,7 +110,7 @@ async def test_concurrent_requests_share_a_batch_up_to_n_batch(
         outs = await asyncio.gather(*(d.submit(x[i : i + 1]) for i in range(4)))
         flat = [o for group in outs for o in group]
         assert all(o.ok and o.served_by == "i-1" for o in flat)
-        assert np.allclose([o.output for o in flat], runner.run(x), atol=1e-6)
+        assert np.allclose(np.array([o.output for o in flat]), runner.run(x), atol=1e-6)
         assert agent.stats.batches == 1  # four requests, one batch
     finally:
         await d.close()
@@ -143,7 +143,7 @@ async def test_no_instances_means_everything_spills_with_correct_results(
         x = _rows(5)
         outs = await d.submit(x)
         assert all(o.ok and o.spilled for o in outs)
-        assert np.allclose([o.output for o in outs], runner.run(x), atol=1e-6)
+        assert np.allclose(np.array([o.output for o in outs]), runner.run(x), atol=1e-6)
         assert d.telemetry is not None and d.telemetry.counts["spilled"] == 5
     finally:
         await d.close()
@@ -164,7 +164,7 @@ async def test_overload_spills_what_the_bouncer_rejects_and_loses_nothing(
         outs = await asyncio.gather(*(d.submit(x[i : i + 1]) for i in range(12)))
         flat = [g[0] for g in outs]
         assert all(o.ok for o in flat)  # every request got a result
-        assert np.allclose([o.output for o in flat], runner.run(x), atol=1e-6)
+        assert np.allclose(np.array([o.output for o in flat]), runner.run(x), atol=1e-6)
         spilled = sum(o.spilled for o in flat)
         served = sum(o.served_by == "i-1" for o in flat)
         assert spilled > 0 and served > 0 and spilled + served == 12

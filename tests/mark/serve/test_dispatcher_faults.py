@@ -312,8 +312,9 @@ async def test_a_result_line_of_megabytes_is_read_whole(
     try:
         outs = await d.submit(_rows(2))
         assert all(o.ok and o.served_by == "i-1" for o in outs)
-        assert [len(o.output) for o in outs] == [width, width]
-        assert outs[1].output[0] == 0.25
+        outputs = [o.output for o in outs if o.output is not None]
+        assert [len(x) for x in outputs] == [width, width]
+        assert outputs[1][0] == 0.25
         assert not lam.calls
     finally:
         await d.close()

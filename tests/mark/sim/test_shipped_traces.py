@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def test_an_offset_trace_file_is_the_same_workload(
     assert zero.epoch == base
 
 
-def _simulate(trace: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
+def _simulate(trace: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
     """Each policy's results, less its workload's name and wall-clock timings."""
     args = ["simulate", "--trace", str(trace), "--start-day", "1", "--hours", "0.25"]
     args += ["--policies", "mark", "--predictor", "last", "--format", "json"]
@@ -110,7 +111,7 @@ def _simulate(trace: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str,
         main(args)
     out = capsys.readouterr()
     assert exit_info.value.code in (0, None), out.err
-    results: list[dict[str, object]] = json.loads(out.out)["results"]
+    results: list[dict[str, Any]] = json.loads(out.out)["results"]
     return [{k: v for k, v in r.items() if k not in ("workload", "wall_s")} for r in results]
 
 
