@@ -12,11 +12,14 @@ it never listed, the best earlier sign of life there is.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from mark.control.recorder import Recorder
 from mark.ports import InstanceInfo, InstanceState, Store
 from mark.state.records import InstanceRecord
+
+log = logging.getLogger("mark.control")
 
 VANISHED_AFTER_S = 300.0
 """How long after its launch a record missing from the list counts as gone. EC2's API is
@@ -62,6 +65,11 @@ async def end_vanished(
         )
         recorder.forget(rec.instance_id)
         gone.append(rec.instance_id)
+    if gone:
+        # Nobody chose this: a terminate by hand, a lost host, or a kill mid-retirement.
+        log.warning(
+            "ended %d instance(s) the cloud no longer lists: %s", len(gone), ", ".join(gone)
+        )
     return gone
 
 

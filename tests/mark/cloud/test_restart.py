@@ -6,6 +6,8 @@ SQLite file shared by the controller before and after the "crash".
 
 from __future__ import annotations
 
+import builtins
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -68,7 +70,7 @@ class LaggingFleet:
     async def list(self) -> list[InstanceInfo]:
         return []
 
-    async def launch(self, request: LaunchRequest) -> list[InstanceInfo]:
+    async def launch(self, request: LaunchRequest) -> builtins.list[InstanceInfo]:
         self.launched.append(request)
         return await self.fleet.launch(request)
 
@@ -154,11 +156,12 @@ async def test_a_run_terminated_just_before_a_crash_is_billed_at_the_restart(
 
 
 async def test_an_instance_terminated_behind_the_daemons_back_is_ended_and_billed(
-    aws_env: str, ami: str, cluster: str, tmp_path: Path
+    aws_env: str, ami: str, cluster: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A user terminates one of mark's instances by hand while the daemon runs: the next
-    step records it terminated and bills its run up to the last step that listed it
-    live, which /metrics counts among the EC2 dollars spent."""
+    step records it terminated, says so in the log, and bills its run up to the last step
+    that listed it live, which /metrics counts among the EC2 dollars spent."""
+    caplog.set_level(logging.WARNING, logger="mark.control")
     settings, options, model, now, store = await _two_instances_of_load(tmp_path)
     try:
         async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
@@ -177,6 +180,9 @@ async def test_an_instance_terminated_behind_the_daemons_back_is_ended_and_bille
         )
         (rec,) = await store.instances(model=model, states=["terminated"])
         assert rec.instance_id == victim.instance_id
+        ended = [r for r in caplog.records if "no longer lists" in r.getMessage()]
+        assert len(ended) == 1  # once: the second step finds nothing more to end
+        assert victim.instance_id in ended[0].getMessage()
         spent = f'mark_ec2_cost_dollars_total{{model="{model}",market="on-demand"}}'
         (line,) = [x for x in ctl.prometheus().splitlines() if x.startswith(spent)]
         assert float(line.split()[-1]) == pytest.approx(entry.cost, abs=1e-6)
