@@ -8,7 +8,9 @@ Two planning rules lean on Lambda taking what the instances do not:
   (``provisioner.capacity_target``).
 
 Both pay only if spill answers within RT_max, and the second needs spill's
-price per request. "Answers within RT_max" means its median does: a spilled
+price per request. Where spill is measured to miss RT_max for good (``late``), a
+shortfall is misses, and the SLO monitor's backups are sized to it instead
+(``provisioner.step.backup_launch``). "Answers within RT_max" means its median does: a spilled
 request that meets a cold start (1-2 s) misses, and a burst that widens
 Lambda's concurrency meets many of them, so on Inception-v3 a fifth to a third
 of a burst's spills miss while the run keeps 99.9 % within RT_max; NASNet's and
@@ -32,6 +34,12 @@ MEMORY = 500.0
 MIN_SEEN = 20.0
 """Spilled requests (weighted) before the evidence decides anything."""
 
+LATE_MEMORY = 10_000.0
+"""Spilled requests after which a past one weighs 1/e in ``late``. A burst that widens
+Lambda's concurrency meets a few thousand cold starts (Inception-v3's rise at 05:02 of
+Twitter day 10: the ``MEMORY`` view turned late for seconds), which must not make spill
+that answers in time look as if it never does."""
+
 IN_TIME_SHARE = 0.5
 """Spill is in time when at least this share of spilled requests met RT_max: its median."""
 
@@ -54,6 +62,9 @@ class SpillEvidence:
     within: float = 0.0
     cost: float = 0.0
     """Dollars billed for them (invocations and GB-seconds)."""
+    seen_long: float = 0.0
+    within_long: float = 0.0
+    """The same two counts over ``LATE_MEMORY`` spilled requests, for ``late``."""
 
     def observe(self, within: int, total: int, cost: float) -> SpillEvidence:
         """Fold in ``total`` spilled requests that ended since the last call, ``within``
@@ -61,15 +72,26 @@ class SpillEvidence:
         if total <= 0:
             return self
         keep = (1.0 - 1.0 / MEMORY) ** total
+        keep_long = (1.0 - 1.0 / LATE_MEMORY) ** total
         return SpillEvidence(
             self.seen * keep + total,
             self.within * keep + min(within, total),
             self.cost * keep + max(cost, 0.0),
+            self.seen_long * keep_long + total,
+            self.within_long * keep_long + min(within, total),
         )
 
     @property
     def known(self) -> bool:
         return self.seen >= MIN_SEEN
+
+    def late(self) -> bool:
+        """Whether spill is measured to miss RT_max for good: enough were seen, and most
+        missed it, lately and over the last ``LATE_MEMORY`` (not merely not known to answer
+        in time, as ``not in_time()`` is at first, nor late through one burst's cold
+        starts). NASNet's and OpenNMT-ende's spill is; Inception-v3's is not."""
+        long_late = self.within_long < IN_TIME_SHARE * self.seen_long
+        return self.known and not self.in_time() and long_late
 
     def in_time(self) -> bool:
         """Whether spill typically answers within RT_max: most spilled requests lately did.

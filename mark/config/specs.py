@@ -234,7 +234,12 @@ class SloMonitorSpec(_Strict):
     """Reactive backups when recent requests miss the SLO (paper §4.4)."""
 
     last_m: int = Field(default=100, ge=1, description="M: requests looked at")
-    launch_l: int = Field(default=1, ge=1, description="L: instances launched on a miss streak")
+    launch_l: int = Field(
+        default=1,
+        ge=1,
+        description="L: instances launched on a miss streak (at least; where spill misses "
+        "RT_max, as many as carry the measured load above the fleet)",
+    )
     instance_type: str | None = Field(
         default=None,
         description="T: type of the backups; unset: the model's cheapest on-demand offering "

@@ -63,14 +63,14 @@ from mark.ports import Clock, Fleet, InstanceInfo, InterruptionNotice, Store
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
 from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, forget_gone
-from provisioner.early_step import Window, fleet_capacity, plan_early
+from provisioner.early_step import EARLY_WINDOWS, Window, fleet_capacity, plan_early
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact, with_readiness
 from provisioner.rise_headroom import lead_minutes, rise_allowance, sizes_for_rises
 from provisioner.spill_evidence import SpillCounts
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
 from provisioner.standby_step import interruption_step
-from provisioner.step import slo_step
+from provisioner.step import backup_topup, slo_step
 
 log = logging.getLogger("mark.control")
 
@@ -420,10 +420,19 @@ class Controller:
                     self.state, spec.name, now, monitor, latencies.get(spec.name, ())
                 )
                 if action is None:
+                    action = backup_topup(self.state, spec.name, now, monitor)
+                if action is None:
                     continue
                 fleet = await self.fleet.list()
+                snap = self._snapshot(spec.name, now, fleet)
+                view = self.health() if self.health is not None else None
+                if view is not None:
+                    snap = with_readiness(snap, view[0])
+                # Where spill misses RT_max, a shortfall is misses: size the backups to it.
+                late = self.state.of(spec.name).spill.late()
+                observed = await self._recent_rate(spec.name, now) if late else None
                 launched += await launch_backups(
-                    snapshot(spec.name, now, fleet, self.price, (), fixed_hourly=self.fixed_hourly),
+                    snap,
                     fleet,
                     self.config_for(spec),
                     monitor,
@@ -431,9 +440,27 @@ class Controller:
                     self.price(action.instance_type, action.market),
                     self._parts.recorder,
                     self._parts.reconciler,
+                    self.state,
+                    observed,
                 )
             await self._durable.save(self.state, now)  # writes only when the hold-off changed
             return launched
+
+    async def _recent_rate(self, model: str, now: float) -> float | None:
+        """The model's load now: the higher rate of the last two P_s windows closed by
+        ``now`` (as ``early_step`` reads them); None if none is stored or the store does
+        not answer (the backups are then the configured L)."""
+        span = self.settings.timings.sample_window_s
+        try:
+            stored = await self.store.arrivals(model, now - 3 * span, now)
+        except (StoreError, SQLAlchemyError, OSError) as exc:
+            log.debug("backups not sized: the store did not answer: %s", exc)
+            return None
+        closed = sorted(
+            (w for w in stored if w.window_start + w.window_s <= now + 1e-9),
+            key=lambda w: w.window_start,
+        )[-EARLY_WINDOWS:]
+        return max((w.rate for w in closed), default=None)
 
     async def on_interruption(self, notice: InterruptionNotice, now: float) -> list[str]:
         """A spot instance will be reclaimed (§4.5): start standbys at once, then re-plan.

@@ -84,7 +84,13 @@ def encode_state(state: ControlState) -> dict[str, Any]:
                 "slo_holdoff_until": _t(c.slo.holdoff_until),
                 "hold_standbys_until": _t(c.hold_standbys_until),
                 "explored_at": _t(c.explored_at),
-                "spill": [c.spill.seen, c.spill.within, c.spill.cost],
+                "spill": [
+                    c.spill.seen,
+                    c.spill.within,
+                    c.spill.cost,
+                    c.spill.seen_long,
+                    c.spill.within_long,
+                ],
             }
             for name, c in sorted(state.models.items())
         },

@@ -363,9 +363,12 @@ async def launch_backups(
     price_per_hour: float,
     recorder: Recorder,
     reconciler: Reconciler,
+    state: ControlState | None = None,
+    observed_rps: float | None = None,
 ) -> list[str]:
-    """The SLO monitor's backups, as many as the spend rails allow; the ids launched."""
-    launch, notes = backup_launch(snap, cfg, monitor, action, price_per_hour)
+    """The SLO monitor's backups, as many as the spend rails allow (and, given the load
+    ``observed_rps``, as many as it exceeds the fleet by); the ids launched."""
+    launch, notes = backup_launch(snap, cfg, monitor, action, price_per_hour, state, observed_rps)
     got: list[InstanceInfo] = []
     if launch is not None:
         done = await reconciler.launch([launch], fleet, snap.now)

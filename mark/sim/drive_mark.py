@@ -133,10 +133,10 @@ async def drive_mark(world: SimWorld, forecaster: Forecaster | None) -> Extra:
             await ctl.record_misses({model: budget.tally(t)})
         # Declined requests were the miss budget's choice, not a sign of too few instances.
         served = lat[where != DECLINED]
+        await flush(t)  # the closed P_s windows, which early steps and backups read
         if policy.slo_monitor and served.size:
             await ctl.check_slo(t, {model: served.tolist()})
         if settings.timings.early_steps:
-            await flush(t)
             await ctl.react(t)
 
     async def on_interruption(notice: InterruptionNotice) -> None:

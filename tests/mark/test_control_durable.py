@@ -38,7 +38,9 @@ STATE = ControlState(
             slo=SloMonitorState((True, False), holdoff_until=T0 + 120),
             hold_standbys_until=T0 + 180,
         ),
-        "other": ModelControl(explored_at=T0 - 5, spill=SpillEvidence(120.0, 90.5, 0.0023)),
+        "other": ModelControl(
+            explored_at=T0 - 5, spill=SpillEvidence(120.0, 90.5, 0.0023, 1200.0, 700.5)
+        ),
     },
     avoid=InterruptionMemory({("c5.large", "spot"): T0 + 180}),
     doomed={"i-2": T0 + 120},
@@ -69,8 +71,14 @@ def test_the_state_round_trips_through_strict_json() -> None:
         STATE.orphans,
     )
     assert back.of("other").hold_standbys_until == -math.inf
-    assert back.of("other").spill == SpillEvidence(120.0, 90.5, 0.0023)
+    assert back.of("other").spill == SpillEvidence(120.0, 90.5, 0.0023, 1200.0, 700.5)
     assert decode_state(encode_state(ControlState())) == ControlState()
+
+
+def test_a_state_saved_before_the_long_view_of_spill_reads_without_it() -> None:
+    data = encode_state(STATE)
+    data["models"]["other"]["spill"] = data["models"]["other"]["spill"][:3]
+    assert decode_state(data).of("other").spill == SpillEvidence(120.0, 90.5, 0.0023)
 
 
 def test_a_state_saved_before_spill_evidence_reads_with_none() -> None:

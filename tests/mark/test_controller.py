@@ -164,6 +164,49 @@ async def test_slo_monitor_launches_backups_once_per_miss_streak(tmp_path: Path)
         await store.close()
 
 
+async def test_where_spill_misses_rt_max_backups_carry_the_measured_load(tmp_path: Path) -> None:
+    """Where spill is measured to miss RT_max, the monitor's backups are as many as carry
+    the load of the last closed windows above the fleet, topped up while they are judged
+    as the load keeps rising; before spill is measured, and once it answers in time
+    (early steps plan there), L."""
+    settings = load_settings(overrides={"slo_monitor": {"last_m": 10, "holdoff_s": 120}})
+    clock = ManualClock(T0)
+    fleet = SimFleet(load_catalog(), clock.now)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+
+    async def load(rps: float) -> None:  # two 5 s windows closed just now
+        now = clock.now()
+        await store.add_arrivals(
+            [ArrivalWindow("digits", now - 10 + 5 * k, 5.0, int(rps * 5)) for k in range(2)]
+        )
+
+    try:
+        options = [PlannerOption("c5.large", "on-demand", 0.085, 20.0)]
+        ctl = Controller(settings, fleet, store, {"digits": options})
+        slow = [0.5] * 10  # RT_max of the demo model is 100 ms
+        await load(100.0)
+        assert len(await ctl.check_slo(clock.now(), {"digits": slow})) == 1  # nothing known: L
+        await ctl.record_spills({"digits": SpillCounts(100, 0, 0.01)})  # spill misses RT_max
+        clock.advance(120)
+        await load(100.0)
+        assert len(await ctl.check_slo(clock.now(), {"digits": slow})) == 4  # (100 − 20) / 20
+        clock.advance(30)
+        await load(100.0)
+        assert await ctl.check_slo(clock.now(), {"digits": slow}) == []  # carried, booting
+        clock.advance(30)
+        await load(180.0)
+        assert len(await ctl.check_slo(clock.now(), {"digits": []})) == 4  # (180 − 100) / 20
+        reasons = [d.reason for d in await store.decisions(0, 1e12)]
+        assert any("180.0 r/s" in r and r.startswith("more backups") for r in reasons)
+
+        await ctl.record_spills({"digits": SpillCounts(400, 400, 0.01)})  # spill in time
+        clock.advance(120)
+        await load(400.0)
+        assert len(await ctl.check_slo(clock.now(), {"digits": slow})) == 1  # L
+    finally:
+        await store.close()
+
+
 async def test_the_configured_predictor_forecasts_from_the_stores_history(tmp_path: Path) -> None:
     """With a day of history a seasonal model is fitted off the loop, then it forecasts."""
     import asyncio

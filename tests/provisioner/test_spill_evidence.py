@@ -9,7 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from provisioner.pooling import pool_with
-from provisioner.spill_evidence import IN_TIME_SHARE, MEMORY, MIN_SEEN, SpillEvidence
+from provisioner.spill_evidence import (
+    IN_TIME_SHARE,
+    LATE_MEMORY,
+    MEMORY,
+    MIN_SEEN,
+    SpillEvidence,
+)
 
 
 def test_nothing_is_decided_before_enough_spills_were_seen() -> None:
@@ -47,7 +53,26 @@ def test_an_empty_interval_changes_nothing_and_errors_count_as_misses() -> None:
         100.0 * (1 - 1 / MEMORY) ** 3 + 3,
         80.0 * (1 - 1 / MEMORY) ** 3 + 3,
         0.002 * (1 - 1 / MEMORY) ** 3,
+        3.0,
+        3.0,
     )
+
+
+def test_spill_is_late_for_good_only_when_it_misses_over_the_long_memory_too() -> None:
+    """A spill that never answers in time (NASNet's 2.2 s against 1 s) is late; one that
+    does, hit by a burst of cold starts, is not in time lately but not late either."""
+    assert not SpillEvidence().late()  # nothing known
+    never = SpillEvidence().observe(within=0, total=int(MIN_SEEN), cost=0.0)
+    assert never.late() and not never.in_time()
+    usually = SpillEvidence()
+    for _ in range(40):
+        usually = usually.observe(within=200, total=250, cost=0.0)  # 80 % in time
+    burst = usually.observe(within=100, total=3000, cost=0.0)  # cold starts
+    assert not burst.in_time() and not burst.late()
+    assert burst.seen_long < LATE_MEMORY and burst.within_long / burst.seen_long > IN_TIME_SHARE
+    for _ in range(30):
+        burst = burst.observe(within=0, total=1000, cost=0.0)  # and then late for good
+    assert burst.late()
 
 
 @given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 500), st.floats(0, 1)), max_size=30))
