@@ -10,8 +10,8 @@ Two planning rules lean on Lambda taking what the instances do not:
 Both pay only if spill answers within RT_max, and the second needs spill's
 price per request. Where spill is measured to miss RT_max for good (``late``), a
 shortfall is misses, and the SLO monitor's backups are sized to it instead
-(``provisioner.step.backup_launch``). "Answers within RT_max" means its median does: a spilled
-request that meets a cold start (1-2 s) misses, and a burst that widens
+(``provisioner.backup_step.backup_launch``). "Answers within RT_max" means its
+median does: a spilled request that meets a cold start (1-2 s) misses, and a burst that widens
 Lambda's concurrency meets many of them, so on Inception-v3 a fifth to a third
 of a burst's spills miss while the run keeps 99.9 % within RT_max; NASNet's and
 OpenNMT's spill (2.2 s and 3.1 s against RT_max 1 s and 1.4 s) never answers in

@@ -1,7 +1,7 @@
 """The control steps: snapshot + control state in, actions + next state out.
 
 Each P_u the shell asks ``plan_step`` what to launch and retire for one model;
-when the SLO monitor sees recent misses it asks ``backup_step``; the standby
+the SLO monitor's verdict and backups are ``provisioner.backup_step``; the standby
 pool and spot notices are ``provisioner.standby_step``. The rules wrapped
 around the planner live here, in one place and in this order:
 
@@ -19,8 +19,7 @@ around the planner live here, in one place and in this order:
 
 After the shell has carried out the launches, ``retirements`` says whether
 the plan's retirements may go ahead: not when a launch failed, since they
-counted on capacity that did not come. The SLO monitor's verdict is
-``slo_step``, its backups ``backup_launch``. Pure: no I/O, no clock, no await.
+counted on capacity that did not come. Pure: no I/O, no clock, no await.
 """
 
 from __future__ import annotations
@@ -43,15 +42,9 @@ from provisioner.forecast_sanity import clip_forecast
 from provisioner.foreseen_rise import buy_ahead_chance, with_rises
 from provisioner.greedy import OptionKey, Plan, PlannerOption, RunningInstance, plan_greedy
 from provisioner.guards import FleetInstance, GuardState, RawDecision, apply_guards
-from provisioner.pooling import capacity_in_pool, plan_pooled
+from provisioner.pooling import plan_pooled
 from provisioner.rise_headroom import planning_options, pools
-from provisioner.slo_monitor import (
-    BackupLaunch,
-    SloMonitorConfig,
-    backup_count,
-    observe_latencies,
-    slo_at_risk,
-)
+from provisioner.slo_monitor import slo_at_risk
 from provisioner.spend_rails import RailHit, Spend, SpendLimits, within_rails
 from provisioner.spot import avoid_interrupted, record_interruption
 
@@ -202,92 +195,3 @@ def retirements(retire: Sequence[str], failed_launches: int) -> tuple[tuple[str,
         "wait for the next step",
         count=len(retire),
     )
-
-
-def slo_step(
-    state: ControlState,
-    model: str,
-    now: float,
-    monitor: SloMonitorConfig,
-    latencies_s: Sequence[float],
-) -> tuple[BackupLaunch | None, ControlState]:
-    """The SLO monitor (paper §4.4): recent latencies in; backups to launch at once if
-    fewer than SL_min of the last M met RT_max (then a hold-off)."""
-    control = state.of(model)
-    action, slo = observe_latencies(control.slo, latencies_s, now, monitor)
-    return action, state.with_model(model, replace(control, slo=slo))
-
-
-def backup_topup(
-    state: ControlState, model: str, now: float, monitor: SloMonitorConfig
-) -> BackupLaunch | None:
-    """A launch of no backups but those the measured load still needs (``backup_launch``
-    with ``observed_rps``), while the last ones are judged (the hold-off) and only where
-    spill is measured to miss RT_max; else None.
-
-    The monitor's verdict comes seconds into a burst, often before a closed P_s window
-    shows its rate, and its hold-off then blocks another for the backups' boot time:
-    the count sized at the verdict can be the configured L against a shortfall of dozens
-    of instances. The booting backups count as carried, so a top-up only adds what is
-    still missing."""
-    control = state.of(model)
-    if not control.spill.late() or slo_at_risk(control.slo, now) is None:
-        return None
-    return BackupLaunch(monitor.instance_type, monitor.market, 0, math.nan)
-
-
-def carried_in_pool(snap: Snapshot, state: ControlState) -> tuple[float, int]:
-    """What the model's counted instances carry within the SLO as the dispatcher serves
-    them, one queue in front of all (``pooling.capacity_in_pool`` at the fleet's size, on
-    the measured options, whatever the plan rates them at), and how many they are."""
-    by_key = {o.key: o for o in snap.options}
-    serving = [m for m in counted_members(snap, state) if m.key in by_key]
-    n = len(serving)
-    return sum(capacity_in_pool(by_key[m.key], n) for m in serving), n
-
-
-def backup_launch(
-    snap: Snapshot,
-    cfg: StepConfig,
-    monitor: SloMonitorConfig,
-    action: BackupLaunch,
-    price_per_hour: float,
-    state: ControlState | None = None,
-    observed_rps: float | None = None,
-) -> tuple[Launch | None, list[Note]]:
-    """The backups ``slo_step`` asked for, as many as the spend rails allow.
-
-    ``observed_rps``, the load measured now, is given where spill does not answer within
-    RT_max: then the count covers what the load exceeds the fleet by (``backup_count``),
-    not only the configured L."""
-    count = action.count
-    sized = ""
-    if observed_rps is not None and state is not None:
-        carried, n = carried_in_pool(snap, state)
-        option = next(
-            (o for o in snap.options if o.key == (action.instance_type, action.market)), None
-        )
-        if option is not None:
-            each = capacity_in_pool(option, max(n, 1))
-            room = None if cfg.guard.max_fleet is None else cfg.guard.max_fleet - n
-            count = backup_count(observed_rps - carried, each, action.count, room)
-            if count > action.count:
-                sized = (
-                    f"; the load, {observed_rps:.1f} r/s, exceeds the {carried:.1f} r/s the "
-                    f"fleet carries: {count} at {each:.2f} r/s each"
-                )
-    if count <= 0:
-        return None, []
-    key = (action.instance_type, action.market)
-    allowed, notes = price_within_rails([(key, count, price_per_hour)], snap.spend(), cfg.limits)
-    count = allowed.get(key, 0)
-    if count == 0:  # a top-up refused says nothing the verdict's launch did not
-        return None, notes if action.count > 0 else []
-    if action.count == 0:  # a top-up (``backup_topup``)
-        why = "more backups while the last are judged" + sized
-    else:
-        why = (
-            f"only {action.service_level:.1%} of the last {monitor.window} requests met "
-            f"RT_max {monitor.rt_max_s * 1000:g} ms (SL_min {monitor.sl_min:.0%})" + sized
-        )
-    return Launch(snap.model, action.instance_type, action.market, count, "backup", why), notes

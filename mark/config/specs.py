@@ -242,8 +242,9 @@ class SloMonitorSpec(_Strict):
     )
     instance_type: str | None = Field(
         default=None,
-        description="T: type of the backups; unset: the model's cheapest on-demand offering "
-        "by hourly price (provisioner/slo_monitor.py backup_type)",
+        description="T: type of the backups (its cheapest market the plans may buy); unset: "
+        "the model's cheapest offering by hourly price, spot included where the plans may "
+        "buy it (provisioner/slo_monitor.py backup_offering)",
     )
     holdoff_s: float = Field(default=120, ge=0, description="no second launch within this")
 

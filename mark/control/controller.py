@@ -62,15 +62,16 @@ from mark.errors import StoreError
 from mark.ports import Clock, Fleet, InstanceInfo, InterruptionNotice, Store
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
+from provisioner.backup_step import backup_topup, backups_sized, load_wanted, slo_step
 from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, forget_gone
 from provisioner.early_step import EARLY_WINDOWS, Window, fleet_capacity, plan_early
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact, with_readiness
 from provisioner.rise_headroom import lead_minutes, rise_allowance, sizes_for_rises
 from provisioner.spill_evidence import SpillCounts
-from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S
+from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S, avoid_interrupted
 from provisioner.standby_step import interruption_step
-from provisioner.step import backup_topup, slo_step
+from provisioner.step import avoid_offering
 
 log = logging.getLogger("mark.control")
 
@@ -406,45 +407,71 @@ class Controller:
         """The SLO monitor (§4.4): launch backups at once when recent requests miss RT_max.
 
         ``latencies`` holds, per model, the latencies finished since the last call
-        (inf for failures). Returns the ids of the backups launched.
+        (inf for failures). Returns the ids of the backups launched. An offering out of
+        capacity is avoided and the backups asked of the next one, as a plan step does.
         """
         async with self._lock:
             if not self._store_up or not await self._may_act(now):
                 return []
             launched: list[str] = []
             for spec in self.settings.models:
-                monitor = monitor_config(self.settings, spec, self.options.get(spec.name, ()))
-                if monitor is None:
-                    continue
-                action, self.state = slo_step(
-                    self.state, spec.name, now, monitor, latencies.get(spec.name, ())
-                )
-                if action is None:
-                    action = backup_topup(self.state, spec.name, now, monitor)
-                if action is None:
-                    continue
-                fleet = await self.fleet.list()
-                snap = self._snapshot(spec.name, now, fleet)
-                view = self.health() if self.health is not None else None
-                if view is not None:
-                    snap = with_readiness(snap, view[0])
-                # Where spill misses RT_max, a shortfall is misses: size the backups to it.
-                late = self.state.of(spec.name).spill.late()
-                observed = await self._recent_rate(spec.name, now) if late else None
-                launched += await launch_backups(
-                    snap,
-                    fleet,
-                    self.config_for(spec),
-                    monitor,
-                    action,
-                    self.price(action.instance_type, action.market),
-                    self._parts.recorder,
-                    self._parts.reconciler,
-                    self.state,
-                    observed,
-                )
+                launched += await self._check_model_slo(spec, now, latencies.get(spec.name, ()))
             await self._durable.save(self.state, now)  # writes only when the hold-off changed
             return launched
+
+    async def _check_model_slo(
+        self, spec: ModelSpec, now: float, latencies: Sequence[float]
+    ) -> list[str]:
+        name = spec.name
+        options = self.options.get(name, ())
+        monitor = monitor_config(self.settings, spec, options, self._avoided(options, now))
+        if monitor is None:
+            return []
+        action, self.state = slo_step(self.state, name, now, monitor, latencies)
+        wanted = load_wanted(self.state, name, now, action)
+        observed = await self._recent_rate(name, now) if wanted else None
+        if action is None:
+            action = backup_topup(self.state, name, now, monitor, observed)
+        launched: list[str] = []
+        for _ in range(self.max_fallbacks + 1):
+            if action is None:
+                break
+            fleet = await self.fleet.list()
+            snap = self._snapshot(name, now, fleet)
+            view = self.health() if self.health is not None else None
+            if view is not None:
+                snap = with_readiness(snap, view[0])
+            done = await launch_backups(
+                snap,
+                fleet,
+                self.config_for(spec),
+                monitor,
+                action,
+                self.price(action.instance_type, action.market),
+                self._parts.recorder,
+                self._parts.reconciler,
+                self.state,
+                observed,
+            )
+            launched += [i.instance_id for i in done.got]
+            if done.out_of_capacity is None:
+                if done.failed == 0:
+                    self.state = backups_sized(self.state, name, observed)
+                break
+            self.state = avoid_offering(
+                self.state, done.out_of_capacity, now, self.unavailable_ttl_s
+            )
+            avoided = self._avoided(options, now)
+            nxt = monitor_config(self.settings, spec, options, avoided)
+            if nxt is None or (nxt.instance_type, nxt.market) == done.out_of_capacity:
+                break
+            monitor = nxt
+            action = replace(action, instance_type=nxt.instance_type, market=nxt.market)
+        return launched
+
+    def _avoided(self, options: Sequence[PlannerOption], now: float) -> list[PlannerOption]:
+        usable = avoid_interrupted(list(options), self.state.avoid, now)
+        return [o for o in options if o not in usable]
 
     async def _recent_rate(self, model: str, now: float) -> float | None:
         """The model's load now: the higher rate of the last two P_s windows closed by

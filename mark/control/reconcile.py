@@ -75,7 +75,8 @@ class Reconciler:
     async def launch(
         self, launches: Sequence[Launch], fleet: Sequence[InstanceInfo], now: float
     ) -> Launched:
-        """Launch in order; stop at the first offering out of capacity (the caller re-plans)."""
+        """Launch in order; stop at the first offering out of capacity (the caller avoids it
+        and asks the next: a plan step re-plans, the SLO monitor takes its next offering)."""
         out = Launched()
         for a in launches:
             role, market = InstanceRole(a.role), Market(a.market)
@@ -87,11 +88,7 @@ class Reconciler:
             try:
                 got = await self.fleet.launch(request)
             except InsufficientCapacity as exc:
-                if role is InstanceRole.BACKUP:  # the monitor does not re-plan: just failed
-                    out.notes.append(Note("backup-failed", f"{a.reason}: {exc}", a.instance_type))
-                    out.failed += 1
-                    continue
-                why = f"{exc}; avoided for {self.unavailable_ttl_s:g} s, planning again without it"
+                why = f"{exc}; avoided for {self.unavailable_ttl_s:g} s, the next offering asked"
                 out.notes.append(
                     Note("launch-unavailable", why, a.instance_type, a.market, a.count)
                 )

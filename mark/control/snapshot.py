@@ -19,7 +19,7 @@ from provisioner.guards import GuardConfig
 from provisioner.health_step import HealthConfig
 from provisioner.orphan_step import OrphanConfig, StandbyPool
 from provisioner.pooling import pool_with
-from provisioner.slo_monitor import SloMonitorConfig, backup_type
+from provisioner.slo_monitor import SloMonitorConfig, backup_offering
 from provisioner.spend_rails import SpendLimits
 from provisioner.spill_evidence import SpillEvidence
 
@@ -141,19 +141,28 @@ def orphan_config(
 
 
 def monitor_config(
-    settings: Settings, spec: ModelSpec, options: Sequence[PlannerOption]
+    settings: Settings,
+    spec: ModelSpec,
+    options: Sequence[PlannerOption],
+    avoided: Sequence[PlannerOption] = (),
 ) -> SloMonitorConfig | None:
-    """The SLO monitor's settings for one model; None when no backup type can serve it."""
+    """The SLO monitor's settings for one model, its backups on the offering
+    ``backup_offering`` picks of ``options`` less those ``avoided`` now (of all of them
+    if every one is); None when no offering can serve it."""
     mon = settings.slo_monitor
-    itype = mon.instance_type or backup_type(options)
-    if itype is None:
+    usable = [o for o in options if o not in avoided]
+    offering = backup_offering(usable, mon.instance_type) or backup_offering(
+        options, mon.instance_type
+    )
+    if offering is None:
         return None
     return SloMonitorConfig(
         rt_max_s=spec.slo.rt_max_ms / 1000.0,
         sl_min=spec.slo.sl_min,
         window=mon.last_m,
         launch_count=mon.launch_l,
-        instance_type=itype,
+        instance_type=offering[0],
+        market=offering[1],
         holdoff_s=mon.holdoff_s,
     )
 

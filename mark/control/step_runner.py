@@ -11,12 +11,13 @@ from dataclasses import dataclass, replace
 
 from mark.config import ModelSpec
 from mark.control.history import LoadHistory
-from mark.control.reconcile import LIVE, Reconciler
+from mark.control.reconcile import LIVE, Launched, Reconciler
 from mark.control.recorder import Recorder
 from mark.control.snapshot import members, snapshot
 from mark.errors import CloudError
 from mark.ports import InstanceInfo, InstanceRole, InstanceState
 from mark.state.records import PlanRecord
+from provisioner.backup_step import backup_launch
 from provisioner.control_state import Change, ControlState, Note, Snapshot, StepConfig
 from provisioner.explore_step import Candidate, ExploreConfig, explore_step
 from provisioner.greedy import NoFeasibleOption, PlannerOption
@@ -25,7 +26,7 @@ from provisioner.orphan_step import OrphanConfig, OrphanStep, orphan_step
 from provisioner.rise_headroom import lead_minutes, rating, rise_allowance, sizes_for_rises
 from provisioner.slo_monitor import BackupLaunch, SloMonitorConfig
 from provisioner.standby_step import InterruptionStep, owed_standbys_step, standby_pool_step
-from provisioner.step import PlanStep, avoid_offering, backup_launch, plan_step, retirements
+from provisioner.step import PlanStep, avoid_offering, plan_step, retirements
 
 
 @dataclass(frozen=True)
@@ -363,19 +364,19 @@ async def launch_backups(
     price_per_hour: float,
     recorder: Recorder,
     reconciler: Reconciler,
-    state: ControlState | None = None,
+    state: ControlState,
     observed_rps: float | None = None,
-) -> list[str]:
+) -> Launched:
     """The SLO monitor's backups, as many as the spend rails allow (and, given the load
-    ``observed_rps``, as many as it exceeds the fleet by); the ids launched."""
+    ``observed_rps``, as many as it exceeds the fleet by); what the cloud did (nothing
+    launched and nothing failed when none were wanted or the rails refused)."""
     launch, notes = backup_launch(snap, cfg, monitor, action, price_per_hour, state, observed_rps)
-    got: list[InstanceInfo] = []
+    done = Launched()
     if launch is not None:
         done = await reconciler.launch([launch], fleet, snap.now)
         await recorder.launched(done.got, snap.now, "SLO monitor")
-        got, notes = done.got, [*notes, *done.notes]
-    await recorder.record(snap.model, snap.now, notes)
-    return [i.instance_id for i in got]
+    await recorder.record(snap.model, snap.now, [*notes, *done.notes])
+    return done
 
 
 async def _explore(

@@ -14,7 +14,7 @@ from mark.catalog import Market, load_catalog
 from mark.clock import ManualClock
 from mark.config import load_settings
 from mark.control import Controller, build_options, max_rate_per_minute
-from mark.ports import InstanceState
+from mark.ports import InstanceInfo, InstanceState
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
 from predictor.base import FloatArray, Forecaster, History, RiseOutlook
@@ -140,7 +140,7 @@ async def test_slo_monitor_launches_backups_once_per_miss_streak(tmp_path: Path)
     fleet = SimFleet(load_catalog(), clock.now)
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
     try:
-        # No backup type is configured: the cheapest on-demand offering that serves is used.
+        # No backup type is configured: the cheapest offering that serves, spot included.
         options = [
             PlannerOption("c5.xlarge", "on-demand", 0.17, 40.0),
             PlannerOption("c5.large", "spot", 0.03, 20.0),
@@ -154,7 +154,9 @@ async def test_slo_monitor_launches_backups_once_per_miss_streak(tmp_path: Path)
         clock.advance(30)
         assert await ctl.check_slo(clock.now(), {"digits": slow}) == []  # held off
         insts = await fleet.list()
-        assert {(i.instance_type, i.role.value) for i in insts} == {("c5.large", "backup")}
+        assert {(i.instance_type, i.market.value, i.role.value) for i in insts} == {
+            ("c5.large", "spot", "backup")
+        }
         (d,) = await store.decisions(0, 1e12)
         assert d.action == "backup" and "50.0% of the last 10" in d.reason
         assert {r.role for r in await store.instances()} == {"backup"}
@@ -164,6 +166,16 @@ async def test_slo_monitor_launches_backups_once_per_miss_streak(tmp_path: Path)
         await store.close()
 
 
+class CountingFleet(SimFleet):
+    """A simulated fleet counting how often it is listed (on AWS, a DescribeInstances)."""
+
+    lists = 0
+
+    async def list(self) -> list[InstanceInfo]:
+        self.lists += 1
+        return await super().list()
+
+
 async def test_where_spill_misses_rt_max_backups_carry_the_measured_load(tmp_path: Path) -> None:
     """Where spill is measured to miss RT_max, the monitor's backups are as many as carry
     the load of the last closed windows above the fleet, topped up while they are judged
@@ -171,7 +183,7 @@ async def test_where_spill_misses_rt_max_backups_carry_the_measured_load(tmp_pat
     (early steps plan there), L."""
     settings = load_settings(overrides={"slo_monitor": {"last_m": 10, "holdoff_s": 120}})
     clock = ManualClock(T0)
-    fleet = SimFleet(load_catalog(), clock.now)
+    fleet = CountingFleet(load_catalog(), clock.now)
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
 
     async def load(rps: float) -> None:  # two 5 s windows closed just now
@@ -190,12 +202,15 @@ async def test_where_spill_misses_rt_max_backups_carry_the_measured_load(tmp_pat
         clock.advance(120)
         await load(100.0)
         assert len(await ctl.check_slo(clock.now(), {"digits": slow})) == 4  # (100 − 20) / 20
+        looked = fleet.lists
         clock.advance(30)
         await load(100.0)
         assert await ctl.check_slo(clock.now(), {"digits": slow}) == []  # carried, booting
+        assert fleet.lists == looked  # the load is what they were sized to: no look needed
         clock.advance(30)
         await load(180.0)
         assert len(await ctl.check_slo(clock.now(), {"digits": []})) == 4  # (180 − 100) / 20
+        assert fleet.lists == looked + 1
         reasons = [d.reason for d in await store.decisions(0, 1e12)]
         assert any("180.0 r/s" in r and r.startswith("more backups") for r in reasons)
 
@@ -203,6 +218,34 @@ async def test_where_spill_misses_rt_max_backups_carry_the_measured_load(tmp_pat
         clock.advance(120)
         await load(400.0)
         assert len(await ctl.check_slo(clock.now(), {"digits": slow})) == 1  # L
+    finally:
+        await store.close()
+
+
+async def test_backups_out_of_capacity_are_asked_of_the_next_offering_at_once(
+    tmp_path: Path,
+) -> None:
+    """Spot backups are the cheapest, but EC2 may have none: the offering is avoided (the
+    plans avoid it too) and the backups are bought on the next offering in the same
+    check, as a plan step falls back."""
+    settings = load_settings(overrides={"slo_monitor": {"last_m": 10, "launch_l": 2}})
+    clock = ManualClock(T0)
+    spot = ("c5.large", "spot")
+    fleet = SimFleet(load_catalog(), clock.now, capacity={spot: 0})
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        options = [
+            PlannerOption("c5.large", "spot", 0.03, 20.0),
+            PlannerOption("c5.large", "on-demand", 0.085, 20.0),
+        ]
+        ctl = Controller(settings, fleet, store, {"digits": options})
+        launched = await ctl.check_slo(clock.now(), {"digits": [0.5] * 10})
+        assert len(launched) == 2
+        insts = await fleet.list()
+        assert {(i.market.value, i.role.value) for i in insts} == {("on-demand", "backup")}
+        assert ctl.state.avoid.avoid_until[spot] > clock.now()
+        actions = [d.action for d in await store.decisions(0, 1e12)]
+        assert actions.index("launch-unavailable") < actions.index("backup")
     finally:
         await store.close()
 

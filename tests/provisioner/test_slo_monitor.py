@@ -58,16 +58,3 @@ def test_the_slo_is_at_risk_from_a_backup_launch_until_the_holdoff_ends() -> Non
     action, state = observe_latencies(state, [0.5, 0.5, 0.01, 0.01], 10.0, cfg)
     assert action is not None
     assert slo_at_risk(state, 129.0) is not None and slo_at_risk(state, 130.0) is None
-
-
-def test_backup_type_is_the_cheapest_on_demand_offering_that_serves() -> None:
-    from provisioner.greedy import PlannerOption
-    from provisioner.slo_monitor import backup_type
-
-    gpu = PlannerOption("p2.xlarge", "on-demand", 0.9, 51.0)  # cheapest per request
-    small = PlannerOption("c5.large", "on-demand", 0.085, 1.66)
-    spot = PlannerOption("c5.large", "spot", 0.029, 1.66)  # spot backups could vanish too
-    useless = PlannerOption("t3.small", "on-demand", 0.02, 0.0)  # cannot meet the SLO
-    assert backup_type([gpu, small, spot, useless]) == "c5.large"
-    assert backup_type([gpu, spot]) == "p2.xlarge"
-    assert backup_type([spot, useless]) is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
@@ -10,18 +9,10 @@ import pytest
 from provisioner.control_state import ControlState, Member, ModelControl, Snapshot, StepConfig
 from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
-from provisioner.slo_monitor import SloMonitorConfig, SloMonitorState
+from provisioner.slo_monitor import SloMonitorState
 from provisioner.spend_rails import SpendLimits
-from provisioner.spill_evidence import SpillEvidence
 from provisioner.standby_step import interruption_step, standby_pool_step
-from provisioner.step import (
-    avoid_offering,
-    backup_launch,
-    backup_topup,
-    plan_step,
-    retirements,
-    slo_step,
-)
+from provisioner.step import avoid_offering, plan_step, retirements
 
 SMALL = PlannerOption("c5.large", "on-demand", 0.085, 10.0, latency_s=0.01)
 BIG = PlannerOption("c5.xlarge", "on-demand", 0.17, 21.0, latency_s=0.01)
@@ -96,66 +87,6 @@ def test_retire_nothing_when_launches_failed(failed: int, kept: tuple[str, ...])
     retire, note = retirements(("x",), failed)
     assert retire == kept
     assert (note is not None) is (failed > 0)
-
-
-def test_backups_fire_once_then_hold_off_and_pass_the_rail() -> None:
-    mon = SloMonitorConfig(rt_max_s=0.1, window=4, holdoff_s=120.0)
-    action, state = slo_step(ControlState(), "m", 1000.0, mon, [math.inf] * 4)
-    assert action is not None
-    again, state = slo_step(state, "m", 1001.0, mon, [math.inf] * 4)
-    assert again is None  # held off
-    launch, notes = backup_launch(snap(1.0), CFG, mon, action, 0.085)
-    assert launch is not None and launch.role == "backup" and notes == []
-    broke = replace(CFG, limits=SpendLimits(per_model=0.05))
-    launch, notes = backup_launch(snap(1.0), broke, mon, action, 0.085)
-    assert launch is None and [n.action for n in notes] == ["spend-rail"]
-
-
-def test_backups_carry_the_load_measured_above_the_fleet() -> None:
-    """Given the load measured now (where spill misses RT_max), as many backups as carry
-    what it exceeds the fleet by; no more than the fleet bound leaves room for; L where
-    nothing is measured or nothing is short."""
-    mon = SloMonitorConfig(rt_max_s=0.1, window=4, holdoff_s=120.0)
-    action, state = slo_step(ControlState(), "m", 1000.0, mon, [math.inf] * 4)
-    assert action is not None and action.count == 1
-    two = snap(1.0, fleet=(inst("a"), inst("b")))  # 2 × 10 r/s
-    sized, _ = backup_launch(two, CFG, mon, action, 0.085, state, observed_rps=45.0)
-    assert sized is not None and sized.count == 3  # (45 − 20) / 10, rounded up
-    assert "45.0 r/s" in sized.reason and "20.0 r/s" in sized.reason
-    for observed in (15.0, None):
-        plain, _ = backup_launch(two, CFG, mon, action, 0.085, state, observed_rps=observed)
-        assert plain is not None and plain.count == 1
-    bounded = replace(CFG, guard=replace(CFG.guard, max_fleet=4))
-    capped, _ = backup_launch(two, bounded, mon, action, 0.085, state, observed_rps=45.0)
-    assert capped is not None and capped.count == 2
-
-
-def test_while_backups_are_judged_a_top_up_adds_only_what_is_still_missing() -> None:
-    """The verdict can come before a closed window shows a burst's rate; during the
-    hold-off that follows, a top-up launches what the load still exceeds the fleet by,
-    the booting backups counted, and only where spill is measured to miss RT_max."""
-    mon = SloMonitorConfig(rt_max_s=0.1, window=4, holdoff_s=120.0)
-    late = SpillEvidence().observe(within=0, total=100, cost=0.0)
-    start = ControlState().with_model("m", replace(ModelControl(), spill=late))
-    assert backup_topup(start, "m", 1000.0, mon) is None  # no verdict yet
-    action, state = slo_step(start, "m", 1000.0, mon, [math.inf] * 4)
-    assert action is not None
-    unknown = state.with_model("m", replace(state.of("m"), spill=SpillEvidence()))
-    assert backup_topup(unknown, "m", 1010.0, mon) is None  # spill not measured late yet
-    topup = backup_topup(state, "m", 1010.0, mon)
-    assert topup is not None and topup.count == 0
-    fleet = (inst("a"), inst("b"), inst("c", state="pending", at=1000.0, role="backup"))
-    none, notes = backup_launch(snap(1.0, fleet=fleet), CFG, mon, topup, 0.085, state, 25.0)
-    assert none is None and notes == []  # the booting backup covers it
-    more, _ = backup_launch(snap(1.0, fleet=fleet), CFG, mon, topup, 0.085, state, 52.0)
-    assert more is not None and more.count == 3 and more.reason.startswith("more backups")
-    broke = replace(CFG, limits=SpendLimits(per_model=0.05))
-    refused, notes = backup_launch(snap(1.0, fleet=fleet), broke, mon, topup, 0.085, state, 52.0)
-    assert refused is None and notes == []  # no note every few seconds: the verdict had one
-    assert backup_topup(state, "m", 1121.0, mon) is None  # the hold-off is over
-    in_time = SpillEvidence().observe(within=100, total=100, cost=0.0)
-    spilling = state.with_model("m", replace(state.of("m"), spill=in_time))
-    assert backup_topup(spilling, "m", 1010.0, mon) is None
 
 
 def test_standby_pool_is_sized_to_spot_at_risk_then_released() -> None:
