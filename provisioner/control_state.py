@@ -86,6 +86,9 @@ class StepConfig:
     spill_cost_per_request: float | None = None
     """Spill's measured price when the plan may leave each step's peak to it
     (``provisioner.capacity_target``); None: plan for the peak."""
+    persisting_floor: bool = True
+    """Raise the forecast to the load that has held long enough to buy for
+    (``provisioner.persisting_load``)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,11 @@ class Snapshot:
     """The rise a pool sized for rises carries: the least whose misses over the model's
     history fit the share of the SLO's allowance it may spend (``provisioner.rise_headroom``);
     None: not measured (too little history, or the plan does not size for rises)."""
+    recent_rates: tuple[float, ...] = ()
+    """The rates of the P_s windows closed by ``now``, newest first, one every
+    ``window_s`` seconds (0 where none came): the load that has persisted, a floor under
+    the plan (``provisioner.persisting_load``); empty: none measured."""
+    window_s: float = 5.0
 
     def mine(self) -> list[Member]:
         return [m for m in self.fleet if m.model == self.model]

@@ -346,6 +346,12 @@ class PlannerSpec(_Strict):
         "RT_max and its price per request is known (provisioner/capacity_target.py); "
         "false: always the peak, as the paper",
     )
+    persisting_floor: bool = Field(
+        default=True,
+        description="forecast each step at least the lowest 5 s rate the load has held for "
+        "as long before now, once a rise has lasted long enough to buy for at spill's "
+        "measured price (provisioner/persisting_load.py); false: the forecaster's alone",
+    )
 
 
 OrphanKind = Literal["removed-model", "beyond-pool"]

@@ -98,6 +98,22 @@ class LoadHistory:
                 grouped.setdefault(int((w.window_start - start) // 60.0), []).append(w.rate)
         return [grouped[k] for k in sorted(grouped)]
 
+    def recent_rates(self, model: str, now: float, minutes: int = 60) -> tuple[float, list[float]]:
+        """The P_s window length and the rates of the windows closed by ``now`` over the last
+        ``minutes``, newest first, one per window (0 where none is stored: no request
+        came), as last read by ``minutes``/``forecast`` (``provisioner.persisting_load``)."""
+        windows = list(self._series.get(model, {}).values())
+        if not windows:
+            return 60.0, []
+        window_s = min(w.window_s for w in windows)
+        n = max(0, math.floor(minutes * 60.0 / window_s))
+        rates = [0.0] * n
+        for w in windows:
+            k = math.floor((now - (w.window_start + w.window_s)) / window_s + 1e-9)
+            if 0 <= k < n:
+                rates[k] = max(rates[k], w.rate)
+        return window_s, rates
+
     def window_grid(self, model: str, start: float, minutes: int) -> np.ndarray:
         """The window rates of ``minutes`` minutes from ``start`` as last read by
         ``minutes``: a minutes × windows-per-minute array, NaN where none is stored."""

@@ -81,6 +81,7 @@ def step_config(
         pool_for_rises=planner.pooled_capacity == "auto",
         rise_miss_share=planner.rise_miss_share * (1.0 - spec.slo.sl_min),
         spill_cost_per_request=spill_price(planner.spill_capacity_target, spill),
+        persisting_floor=planner.persisting_floor,
     )
 
 
@@ -179,10 +180,13 @@ def snapshot(
     window_minutes: Sequence[Sequence[float]] = (),
     rises: tuple[Sequence[float], Sequence[float]] = ((), ()),
     carried_rise: float | None = None,
+    recent: tuple[float, Sequence[float]] = (5.0, ()),
 ) -> Snapshot:
     """``rises``: per step, the chance and the rate of the rises the forecaster foresees
     beside ``forecast`` (``mark.control.history.StepForecast``); ``carried_rise``: the
-    rise a pool sized for rises carries (``provisioner.rise_headroom.carried_rise``)."""
+    rise a pool sized for rises carries (``provisioner.rise_headroom.carried_rise``);
+    ``recent``: the P_s window length and the closed windows' rates, newest first
+    (``mark.control.history.LoadHistory.recent_rates``)."""
     return Snapshot(
         model,
         now,
@@ -195,4 +199,6 @@ def snapshot(
         tuple(rises[0]),
         tuple(rises[1]),
         carried_rise,
+        tuple(recent[1]),
+        recent[0],
     )

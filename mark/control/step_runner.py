@@ -91,6 +91,7 @@ async def run_plan_step(
     forecast, peak = seen.values, seen.peak
     price = recorder.price
     shape = history.window_minutes(model, now)
+    recent = history.recent_rates(model, now)
 
     def view(
         fleet: Sequence[InstanceInfo],
@@ -111,6 +112,7 @@ async def run_plan_step(
             minutes,
             rises=rises,
             carried_rise=rise,
+            recent=recent,
         )
 
     snap = _ready(view(live, forecast, shape, (seen.rise_chance, seen.rise_rate)), facts)

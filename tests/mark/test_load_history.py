@@ -32,3 +32,24 @@ async def test_the_carried_rise_is_measured_on_the_stored_windows() -> None:
     )
     assert await history.carried_rise("m", now, 0, 0.05) is None
     assert await history.carried_rise("other", now, 2, 0.05) is None  # nothing recorded
+
+
+async def test_recent_rates_are_the_closed_windows_newest_first_with_gaps_as_zero() -> None:
+    store = MemoryStore()
+    # Windows of 5 s from t=0: 10 r/s, none at 15 s (no request came), 30 r/s at 20 s,
+    # and one still open at 25 s that ``now`` = 28 has not closed.
+    await store.add_arrivals(
+        [
+            ArrivalWindow("m", 0.0, 5.0, 50),
+            ArrivalWindow("m", 5.0, 5.0, 50),
+            ArrivalWindow("m", 10.0, 5.0, 50),
+            ArrivalWindow("m", 20.0, 5.0, 150),
+            ArrivalWindow("m", 25.0, 5.0, 400),
+        ]
+    )
+    history = LoadHistory(store, history_minutes=60, step_s=60.0)
+    await history.minutes("m", 28.0)
+    window_s, rates = history.recent_rates("m", 28.0, minutes=1)
+    assert window_s == 5.0 and len(rates) == 12
+    assert rates[:6] == [30.0, 0.0, 10.0, 10.0, 10.0, 0.0]
+    assert history.recent_rates("other", 28.0) == (60.0, [])
