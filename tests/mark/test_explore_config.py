@@ -22,6 +22,7 @@ def test_off_by_default_and_shown() -> None:
         "pooled_capacity": "auto",
         "rise_miss_share": 0.75,
         "spill_capacity_target": True,
+        "persisting_floor": True,
     }
     assert explore_config(settings) == ExploreConfig(0, 3600.0)
 
