@@ -121,8 +121,9 @@ class Snapshot:
     recent_rates: tuple[float, ...] = ()
     """The rates of the P_s windows closed by ``now``, newest first, one every
     ``window_s`` seconds (0 where none came): the load that has persisted, a floor under
-    the plan (``provisioner.persisting_load``); empty: none measured."""
+    the forecast (``provisioner.persisting_load``); empty: none measured."""
     window_s: float = 5.0
+    """The P_s window length of ``recent_rates``."""
 
     def mine(self) -> list[Member]:
         return [m for m in self.fleet if m.model == self.model]

@@ -424,7 +424,7 @@ class Controller:
     ) -> list[str]:
         name = spec.name
         options = self.options.get(name, ())
-        monitor = monitor_config(self.settings, spec, options, self._avoided(options, now))
+        monitor = monitor_config(self.settings, spec, options, self._usable(options, now))
         if monitor is None:
             return []
         action, self.state = slo_step(self.state, name, now, monitor, latencies)
@@ -461,17 +461,15 @@ class Controller:
             self.state = avoid_offering(
                 self.state, done.out_of_capacity, now, self.unavailable_ttl_s
             )
-            avoided = self._avoided(options, now)
-            nxt = monitor_config(self.settings, spec, options, avoided)
+            nxt = monitor_config(self.settings, spec, options, self._usable(options, now))
             if nxt is None or (nxt.instance_type, nxt.market) == done.out_of_capacity:
                 break
             monitor = nxt
             action = replace(action, instance_type=nxt.instance_type, market=nxt.market)
         return launched
 
-    def _avoided(self, options: Sequence[PlannerOption], now: float) -> list[PlannerOption]:
-        usable = avoid_interrupted(list(options), self.state.avoid, now)
-        return [o for o in options if o not in usable]
+    def _usable(self, options: Sequence[PlannerOption], now: float) -> list[PlannerOption]:
+        return avoid_interrupted(list(options), self.state.avoid, now)
 
     async def _recent_rate(self, model: str, now: float) -> float | None:
         """The model's load now: the higher rate of the last two P_s windows closed by

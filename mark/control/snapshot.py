@@ -145,16 +145,14 @@ def monitor_config(
     settings: Settings,
     spec: ModelSpec,
     options: Sequence[PlannerOption],
-    avoided: Sequence[PlannerOption] = (),
+    usable: Sequence[PlannerOption] | None = None,
 ) -> SloMonitorConfig | None:
     """The SLO monitor's settings for one model, its backups on the offering
-    ``backup_offering`` picks of ``options`` less those ``avoided`` now (of all of them
-    if every one is); None when no offering can serve it."""
+    ``backup_offering`` picks of ``usable`` (those of ``options`` not avoided now; all of
+    them if none or every one is); None when no offering can serve it."""
     mon = settings.slo_monitor
-    usable = [o for o in options if o not in avoided]
-    offering = backup_offering(usable, mon.instance_type) or backup_offering(
-        options, mon.instance_type
-    )
+    offering = backup_offering(options if usable is None else usable, mon.instance_type)
+    offering = offering or backup_offering(options, mon.instance_type)
     if offering is None:
         return None
     return SloMonitorConfig(
