@@ -27,13 +27,26 @@ and pays for every step before its run; on seeded random instances (see
 optimum. The choice of instances is the same either way; only when they start
 differs.
 
-Also beyond the paper: keeping a running instance costs every step from now
-to the end of the span it is kept for, not only the span's steps, since it
-bills while it idles until then. Algorithm 1 prices it by the span alone, so
+Also beyond the paper: keeping a running instance costs every step from
+``tau_steps`` to the end of the span it is kept for, not only the span's steps,
+since it bills while it idles until then (the steps before ``tau_steps`` it bills
+either way: one the plan no longer wants stays through its cool-down, by default
+the boot). Algorithm 1 prices it by the span alone, so
 an instance idle for half an hour before a forecast peak was kept through
 that half hour rather than retired and relaunched for the peak (which costs
 its boot, ``launch_overhead``). On the Table 5 window (Inception-v3, Twitter
 day 10, 8 h) this took mark from $17.92 to $17.22 (see the issue #17 note).
+
+Also beyond the paper: the steps from ``tau_steps`` on are planned first, by every
+candidate; what the steps before it still lack is then covered by the running
+instances left, each kept for those steps alone (a bridge: ``PlanItem.bridge_until``,
+not counted from ``tau_steps`` on). Algorithm 1 takes the earliest uncovered step first,
+so a running instance kept for a step before ``tau_steps`` counted for the whole window:
+after a surge, a forecast a few r/s above two p2.xlarge in its first step kept a third,
+idle p2.xlarge, re-planned so every minute for the rest of the run, where two c5.large
+launched once would have covered the rest (Inception-v3, ``--trace surge``). Now the
+c5.large are bought, the p2.xlarge bridges their boot, and once they serve it is no
+longer needed and retires after its cool-down.
 
 Every chosen or kept instance carries the ``Reason`` it won (cost per request
 and the span it covered) so ``mark plan --explain`` can print it. Launch timing,
@@ -121,13 +134,18 @@ class PlanItem:
     count: int
     reason: Reason
     instance_id: str | None = None
+    bridge_until: int | None = None
+    """A running instance kept only for the steps before this one (``tau_steps``), which
+    nothing launched now can serve: the plan does not count it from then on."""
 
     @property
     def kept(self) -> bool:
         return self.instance_id is not None
 
     def explain(self, deferred: bool = False) -> str:
-        if self.kept:
+        if self.kept and self.bridge_until is not None:
+            what = f"keep {self.instance_id} until step {self.bridge_until}"
+        elif self.kept:
             what = f"keep {self.instance_id}"
         elif deferred:
             what = f"later (step {self.reason.span_start}) launch {self.count}x"
@@ -183,7 +201,8 @@ class Plan:
         return sum(
             i.option.capacity_rps * i.count
             for i in self.items
-            if i.kept or i.reason.span_start <= step
+            if (i.kept and (i.bridge_until is None or step < i.bridge_until))
+            or (not i.kept and i.reason.span_start <= step)
         )
 
     @property
@@ -246,49 +265,61 @@ def plan_greedy(
     overhead = np.array([0.0] * n_run + [o.launch_overhead for o in usable_options])
     available = np.ones(len(cands), dtype=bool)
     is_running = np.arange(len(cands)) < n_run
-
     unmet = target.copy()
     items: list[PlanItem] = []
     kept: set[str] = set()
     shortfall: list[tuple[int, float]] = []
-    while True:
-        open_steps = np.flatnonzero(unmet > _EPS)
-        if open_steps.size == 0:
-            break
-        start = int(open_steps[0])
-        eligible = available & (cap_at[:, start] > 0)
-        if not eligible.any():
-            # Nothing can serve this step (before tau, or no offering left): report it.
-            shortfall.append((start, float(unmet[start])))
-            unmet[start] = 0.0
-            continue
-        covered_after = np.flatnonzero(unmet[start:] <= _EPS)
-        end = start + (int(covered_after[0]) if covered_after.size else unmet.size - start) - 1
-        span = unmet[start : end + 1]
-        served = np.minimum(cap_at[:, start : end + 1], span[None, :]).sum(axis=1) * step_s
-        # A running instance kept for this span bills from now, idle until the span if
-        # it starts later; a new one is launched when the span comes within reach.
-        paid_steps = np.where(is_running, end + 1, span.size)
-        with np.errstate(divide="ignore"):
-            cost = (overhead + paid_steps * price_step) / served
-        cost[~eligible] = math.inf
-        j = int(np.argmin(cost))
-        reason = Reason(
-            cost_per_request=float(cost[j]),
-            span_start=start,
-            span_end=end,
-            requests_covered=float(served[j]),
-        )
-        if j < n_run:
-            available[j] = False
-            inst = usable_running[j]
-            kept.add(inst.instance_id)
-            items.append(PlanItem(inst.option, 1, reason, inst.instance_id))
-            count = 1
-        else:
-            count = max(1, int(float(span.min()) // cap[j]))
-            items.append(PlanItem(cands[j], count, reason))
-        unmet -= count * cap_at[j]
+    # First the steps from tau_steps on, by any candidate; then what the steps before it
+    # still lack, by the running instances left, kept for those steps alone (a bridge).
+    for first_step, bridge in ((min(tau_steps, target.size), False), (0, True)):
+        while True:
+            open_steps = np.flatnonzero(unmet[first_step:] > _EPS) + first_step
+            if open_steps.size == 0 or (bridge and open_steps[0] >= tau_steps):
+                break
+            start = int(open_steps[0])
+            eligible = available & (cap_at[:, start] > 0)
+            if not eligible.any():
+                # Nothing can serve this step (before tau, or no offering left): report it.
+                shortfall.append((start, float(unmet[start])))
+                unmet[start] = 0.0
+                continue
+            covered_after = np.flatnonzero(unmet[start:] <= _EPS)
+            end = start + (int(covered_after[0]) if covered_after.size else unmet.size - start)
+            end = min(end, tau_steps) - 1 if bridge else end - 1
+            span = unmet[start : end + 1]
+            served = np.minimum(cap_at[:, start : end + 1], span[None, :]).sum(axis=1) * step_s
+            # A running instance kept for this span bills until its end, idle until the
+            # span if it starts later: from tau_steps on for the steps after it, since one
+            # not kept bills through its cool-down anyway; a new one is launched when the
+            # span comes within reach.
+            paid_steps = np.where(is_running, end + 1 - first_step, span.size)
+            with np.errstate(divide="ignore"):
+                cost = (overhead + paid_steps * price_step) / served
+            cost[~eligible] = math.inf
+            j = int(np.argmin(cost))
+            reason = Reason(
+                cost_per_request=float(cost[j]),
+                span_start=start,
+                span_end=end,
+                requests_covered=float(served[j]),
+            )
+            if j < n_run:
+                available[j] = False
+                inst = usable_running[j]
+                kept.add(inst.instance_id)
+                items.append(
+                    PlanItem(
+                        inst.option, 1, reason, inst.instance_id, tau_steps if bridge else None
+                    )
+                )
+                count = 1
+            else:
+                count = max(1, int(float(span.min()) // cap[j]))
+                items.append(PlanItem(cands[j], count, reason))
+            if bridge:
+                unmet[:tau_steps] -= cap_at[j, :tau_steps]
+            else:
+                unmet -= count * cap_at[j]
 
     retire = tuple(r.instance_id for r in running if r.instance_id not in kept)
-    return Plan(tuple(items), retire, excluded, tau_steps, defer_launches, tuple(shortfall))
+    return Plan(tuple(items), retire, excluded, tau_steps, defer_launches, tuple(sorted(shortfall)))
