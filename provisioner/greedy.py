@@ -42,8 +42,8 @@ candidate; what the steps before it still lack is then covered by the running
 instances left, each kept for those steps alone (a bridge: ``PlanItem.bridge_until``,
 not counted from ``tau_steps`` on). Algorithm 1 takes the earliest uncovered step first,
 so a running instance kept for a step before ``tau_steps`` counted for the whole window:
-after a surge, a forecast a few r/s above two p2.xlarge in its first step kept a third,
-idle p2.xlarge, re-planned so every minute for the rest of the run, where two c5.large
+after a surge, a forecast a few r/s above two p2.xlarge before ``tau_steps`` kept a third,
+nearly idle p2.xlarge, re-planned so every minute for the rest of the run, where two c5.large
 launched once would have covered the rest (Inception-v3, ``--trace surge``). Now the
 c5.large are bought, the p2.xlarge bridges their boot, and once they serve it is no
 longer needed and retires after its cool-down.
