@@ -270,13 +270,14 @@ def plan_greedy(
     kept: set[str] = set()
     shortfall: list[tuple[int, float]] = []
     # First the steps from tau_steps on, by any candidate; then what the steps before it
-    # still lack, by the running instances left, kept for those steps alone (a bridge).
-    for first_step, bridge in ((min(tau_steps, target.size), False), (0, True)):
+    # still lack (the later ones are all covered by then), by the running instances left,
+    # kept for those steps alone (a bridge).
+    for first_step, bridge in ((tau_steps, False), (0, True)):
         while True:
-            open_steps = np.flatnonzero(unmet[first_step:] > _EPS) + first_step
-            if open_steps.size == 0 or (bridge and open_steps[0] >= tau_steps):
+            open_steps = np.flatnonzero(unmet[first_step:] > _EPS)
+            if open_steps.size == 0:
                 break
-            start = int(open_steps[0])
+            start = first_step + int(open_steps[0])
             eligible = available & (cap_at[:, start] > 0)
             if not eligible.any():
                 # Nothing can serve this step (before tau, or no offering left): report it.
@@ -284,8 +285,7 @@ def plan_greedy(
                 unmet[start] = 0.0
                 continue
             covered_after = np.flatnonzero(unmet[start:] <= _EPS)
-            end = start + (int(covered_after[0]) if covered_after.size else unmet.size - start)
-            end = min(end, tau_steps) - 1 if bridge else end - 1
+            end = start + (int(covered_after[0]) if covered_after.size else unmet.size - start) - 1
             span = unmet[start : end + 1]
             served = np.minimum(cap_at[:, start : end + 1], span[None, :]).sum(axis=1) * step_s
             # A running instance kept for this span bills until its end, idle until the
@@ -316,10 +316,7 @@ def plan_greedy(
             else:
                 count = max(1, int(float(span.min()) // cap[j]))
                 items.append(PlanItem(cands[j], count, reason))
-            if bridge:
-                unmet[:tau_steps] -= cap_at[j, :tau_steps]
-            else:
-                unmet -= count * cap_at[j]
+            unmet -= count * cap_at[j]
 
     retire = tuple(r.instance_id for r in running if r.instance_id not in kept)
     return Plan(tuple(items), retire, excluded, tau_steps, defer_launches, tuple(sorted(shortfall)))
