@@ -49,6 +49,12 @@ from bouncer.miss_budget import RECENT_S
 from provisioner.control_state import Snapshot, StepConfig
 from provisioner.greedy import PlannerOption
 
+DEFAULT_RISE_MISS_SHARE = 0.75
+"""``planner.rise_miss_share``'s default: the share of the allowance rises may miss where
+spill cannot answer them. Every such miss is one nobody chose, so a quarter is held back
+for the pool's own queueing and the rest; the decline budget's reserve
+(``bouncer.miss_budget``) guards declines, not these."""
+
 LEVEL_MINUTES = 10
 """Minutes of history whose median peak stands for the level a rise is measured from."""
 

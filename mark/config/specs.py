@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from bouncer.miss_budget import DEFAULT_PERIOD_S
 from bouncer.miss_budget import DEFAULT_SHARE as DEFAULT_DECLINE_SHARE
 from mark.catalog import Market, load_catalog
+from provisioner.rise_headroom import DEFAULT_RISE_MISS_SHARE
 
 Dtype = Literal["float32", "float64", "int64", "int32", "uint8", "bool"]
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -42,7 +43,8 @@ class SLO(_Strict):
         le=1,
         description="share of the miss allowance (1 - SL_min) mark may spend declining, with "
         "an immediate explicit error, requests no instance can finish in time instead of "
-        "paying Lambda for them; the rest is kept for misses nobody chooses. 0: never decline",
+        "paying Lambda for them; the rest, and at least as many as the misses nobody chose so "
+        "far, is kept for misses nobody chooses. 0: never decline",
     )
     period_s: float = Field(
         default=DEFAULT_PERIOD_S,
@@ -330,7 +332,7 @@ class PlannerSpec(_Strict):
         "(provisioner/rise_headroom.py)",
     )
     rise_miss_share: float = Field(
-        default=DEFAULT_DECLINE_SHARE,
+        default=DEFAULT_RISE_MISS_SHARE,
         ge=0,
         le=1,
         description="where pooled_capacity is auto and spill cannot answer in time: the "

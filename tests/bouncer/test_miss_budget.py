@@ -11,12 +11,31 @@ from bouncer.miss_budget import BUCKET_S, MissBudget, declinable
 
 def test_declinable_is_the_share_of_the_allowance_less_the_misses() -> None:
     # 98 % within RT_max on 10,000 requests allows 200 misses; half is 100.
-    assert declinable(10_000, 0, 0.98, 0.5) == 100
-    assert declinable(10_000, 30, 0.98, 0.5) == 70  # misses nobody chose count too
-    assert declinable(10_000, 150, 0.98, 0.5) == 0  # never negative
-    assert declinable(10_000, 0, 0.98, 0.0) == 0  # share 0: never decline
-    assert declinable(0, 0, 0.98, 1.0) == 0
-    assert declinable(99, 0, 0.98, 0.5) == 0  # 0.99 of a request is none
+    assert declinable(10_000, 0, 0.98, 0.5, involuntary=0) == 100
+    assert declinable(10_000, 30, 0.98, 0.5, involuntary=30) == 70  # misses nobody chose count
+    assert declinable(10_000, 150, 0.98, 0.5, involuntary=0) == 0  # never negative
+    assert declinable(10_000, 0, 0.98, 0.0, involuntary=0) == 0  # share 0: never decline
+    assert declinable(0, 0, 0.98, 1.0, involuntary=0) == 0
+    assert declinable(99, 0, 0.98, 0.5, involuntary=0) == 0  # 0.99 of a request is none
+
+
+def test_the_reserve_is_the_involuntary_misses_again_where_they_are_more() -> None:
+    # 200 allowed; share 0.9 keeps 20 back, or the misses nobody chose if more.
+    assert declinable(10_000, 10, 0.98, 0.9, involuntary=10) == 170  # 180 − 10
+    assert declinable(10_000, 40, 0.98, 0.9, involuntary=40) == 120  # 200 − 40 − 40
+    assert declinable(10_000, 60, 0.98, 0.9, involuntary=20) == 120  # 40 declined: 180 − 60
+    assert declinable(10_000, 150, 0.98, 0.9, involuntary=100) == 0  # 200 − 100 < 150
+
+
+def test_the_budget_counts_what_was_declined_apart_from_what_missed() -> None:
+    b = MissBudget(sl_min=0.98, share=0.9)
+    b.arrive(0.0, 10_000)
+    assert b.declinable(0.0) == 180
+    assert b.decline(0.0, 100) == 100
+    assert b.declinable(0.0) == 80  # declines do not grow the reserve
+    b.miss(1.0, 40)  # late answers: the reserve is now 40, not 20
+    assert b.declinable(1.0) == 200 - 40 - 140
+    assert (b.declined, b.missed) == (100, 140)
 
 
 def test_declines_stop_when_the_windows_share_is_spent() -> None:
@@ -68,7 +87,8 @@ def test_misses_in_any_window_stay_within_the_share(
     events: list[tuple[float, int, int, int]], sl_min: float, share: float
 ) -> None:
     # Whatever the load, right after a decline the window's misses (declined or not)
-    # are within share × (1 - SL_min) of its arrivals: declines never overdraw it.
+    # are within share × (1 - SL_min) of its arrivals, with room for the involuntary
+    # ones again: declines never overdraw it.
     b = MissBudget(sl_min=sl_min, share=share, window_s=120.0)
     now = 0.0
     for gap, arrived, wanted, involuntary in events:
@@ -76,7 +96,10 @@ def test_misses_in_any_window_stay_within_the_share(
         b.arrive(now, arrived)
         b.miss(now, involuntary)
         if b.decline(now, wanted) > 0:
-            assert b.missed <= share * (1.0 - sl_min) * b.arrived + 1e-6
+            allowance = (1.0 - sl_min) * b.arrived
+            assert b.missed <= share * allowance + 1e-6
+            # and as many misses again as nobody chose still fit the allowance
+            assert b.missed + (b.missed - b.declined) <= allowance + 1e-6
         assert 0 <= b.declinable(now) <= max(0, share * (1.0 - sl_min) * b.arrived)
 
 

@@ -208,7 +208,7 @@ def test_the_rise_miss_share_is_a_share_of_the_models_own_allowance() -> None:
         )
         return cfg.rise_miss_share / (1.0 - spec.slo.sl_min)
 
-    assert share(None) == pytest.approx(0.75)  # the decline budget's share
+    assert share(None) == pytest.approx(0.75)  # a quarter held back (not the decline share)
     assert share(0.0) == 0.0  # the worst rise
     assert share(0.5) == pytest.approx(0.5)
     with pytest.raises(ConfigError, match="rise_miss_share"):
