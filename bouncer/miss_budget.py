@@ -91,9 +91,8 @@ class MissBudget:
     missed: int = 0
     declined: int = 0  # of ``missed``, the window's declines
     declined_total: int = 0
-    _buckets: deque[list[float]] = field(
-        default_factory=deque
-    )  # [start, arrived, missed, declined]
+    # One per BUCKET_S, oldest first: [start, arrived, missed, declined].
+    _buckets: deque[list[float]] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.share <= 1.0:
