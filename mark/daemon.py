@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,8 +83,8 @@ from mark.state import (
 from mark.state.outbox import unreachable
 from mark.state.store import make_engine
 from mark.world import Agents, Job, World, open_world
-from provisioner.batching import serving_batching
 from provisioner.control_state import MEASURING_ROLES
+from provisioner.pool_batching import batching_for
 
 log = logging.getLogger("mark.daemon")
 
@@ -102,10 +103,18 @@ SHUTDOWN_TIMEOUT_S = 5.0
 
 
 def backend_for(
-    instance_id: str, instance_type: str, url: str, latency: BatchLatency, rt_max_s: float
+    instance_id: str,
+    instance_type: str,
+    url: str,
+    latency: BatchLatency,
+    rt_max_s: float,
+    *,
+    sl_min: float,
+    pool_size: int = 1,
 ) -> Backend:
-    """A dispatcher backend with N_batch and W_batch tuned from the agent's own profile."""
-    n, w = serving_batching(latency, rt_max_s)
+    """A dispatcher backend with N_batch and W_batch tuned from the agent's own profile,
+    for a pool of ``pool_size`` instances of its type (``provisioner.pool_batching``)."""
+    n, w = batching_for(latency, rt_max_s, sl_min, pool_size)
     return Backend(instance_id, instance_type, url, latency, n_batch=n, w_batch_s=w)
 
 
@@ -246,11 +255,24 @@ async def _sync_backends(run: Running) -> None:
         if served.dispatcher is None:
             continue
         rt_max_s = served.spec.slo.rt_max_ms / 1000.0
+        mine = [
+            (iid, a)
+            for iid, a in agents.agents.items()
+            if a.instance.model == name and a.instance.role.value not in MEASURING_ROLES
+        ]
+        of_type = Counter(a.instance.instance_type for _, a in mine)
         served.dispatcher.set_backends(
             [
-                backend_for(iid, a.instance.instance_type, a.url, a.latency, rt_max_s)
-                for iid, a in agents.agents.items()
-                if a.instance.model == name and a.instance.role.value not in MEASURING_ROLES
+                backend_for(
+                    iid,
+                    a.instance.instance_type,
+                    a.url,
+                    a.latency,
+                    rt_max_s,
+                    sl_min=served.spec.slo.sl_min,
+                    pool_size=of_type[a.instance.instance_type],
+                )
+                for iid, a in mine
             ]
         )
     now = WallClock().now()

@@ -28,9 +28,13 @@ def planner_option(
     sl_min: float,
     boot_s: float = DEFAULT_BOOT_S,
     seed: int = 0,
+    pool: tuple[tuple[int, float], ...] | None = None,
 ) -> PlannerOption:
-    """An offering as the planner sees it for one model and SLO."""
+    """An offering as the planner sees it for one model and SLO; ``pool`` replaces the
+    pool capacities measured at ``perf``'s batching (``provisioner.pool_batching``)."""
     alone = capacity_under_slo(perf, rt_max_s, sl_min, seed=seed)
+    if pool is None:
+        pool = pooled_capacity(perf, rt_max_s, sl_min, seed=seed)
     return PlannerOption(
         instance_type=instance_type,
         market=market,
@@ -38,5 +42,5 @@ def planner_option(
         capacity_rps=alone,
         launch_overhead=price_per_hour * boot_s / 3600.0,
         latency_s=perf.batch_time_s,
-        pool=pooled_capacity(perf, rt_max_s, sl_min, seed=seed) if alone > 0 else (),
+        pool=pool if alone > 0 else (),
     )

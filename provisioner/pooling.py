@@ -13,10 +13,16 @@ largest size n such that planning at the per-instance capacity of a pool of n
 buys at least n instances now: then the fleet it buys is a pool of at least n,
 whose instances each carry at least that capacity (it does not fall with k),
 so the plan is covered. n = 1 is the stand-alone plan, always consistent;
-a bisection over 1..(its fleet size) finds the largest consistent n in a few
-greedy calls. Every instance of the model counts as a peer in the pool, of
-whatever type: an approximation for mixed fleets, where a large instance
-serves more of the pooled queue than a small one. Pure.
+a bisection over 1..(its fleet size) finds the largest consistent n in
+log2(fleet) greedy calls. Past that n, a plan at a pool size buys fewer instances than
+the size and does not hold; topped up to the size (its forecast raised to what that many
+of the offering cheapest per request there carry) it does, and where one instance alone
+carries little but a pool much (``provisioner.pool_batching``) that is far cheaper, so
+sizes up to ``MAX_TOP_UP`` are tried too and the cheapest plan per hour wins. Every
+instance of the model counts as a peer in the pool, of whatever type: an
+approximation for mixed fleets, where a large instance serves more of the pooled
+queue than a small one (and where the batching a pool serves with counts only its
+own type). Pure.
 """
 
 from __future__ import annotations
@@ -27,9 +33,9 @@ from typing import Literal
 from provisioner.greedy import Plan, PlannerOption, RunningInstance, plan_greedy
 from provisioner.spill_evidence import SpillEvidence
 
-MAX_ROUNDS = 6
-"""Bisection rounds: fleets up to 64 instances get their exact n; beyond, a
-consistent n within 1/64 of the fleet (the per-instance capacity has levelled off)."""
+MAX_TOP_UP = 8
+"""The largest pool a plan is topped up to (module doc): a pool that carries enough per
+instance to be worth buying whole is small; a large one is reached by the bisection."""
 
 
 def _table(option: PlannerOption) -> tuple[list[int], list[float]]:
@@ -102,9 +108,12 @@ def plan_pooled(
         )
 
     def plan_at(n: int) -> Plan:
+        return plan_at_load(n, forecast)
+
+    def plan_at_load(n: int, load: Sequence[float]) -> Plan:
         at_n = {o: at(o, n) for o in tables}
         return plan_greedy(
-            forecast,
+            load,
             [
                 RunningInstance(r.instance_id, at_n.get(r.option, r.option), r.ready_in_steps)
                 for r in running
@@ -116,15 +125,33 @@ def plan_pooled(
             defer_launches=defer_launches,
         )
 
+    # The capacities never fall with n, so neither does a plan's fleet rise with it: the
+    # consistent sizes are 1..n*, and bisection finds n* in log2(fleet) greedy calls. It
+    # runs to the end: where one instance alone carries little and a pool much (a profile
+    # flat in the batch size, ``provisioner.pool_batching``), the stand-alone fleet is
+    # hundreds and n* a few, and a bisection cut short would stop at the stand-alone plan.
     best = plan_at(1)
     lo, hi = 1, fleet_size(best)
-    for _ in range(MAX_ROUNDS):
-        if lo >= hi:
-            break
+    while lo < hi:
         mid = (lo + hi + 1) // 2
         candidate = plan_at(mid)
         if fleet_size(candidate) >= mid:
             lo, best = mid, candidate
         else:
             hi = mid - 1
+    # Beyond n*, the plan at a pool size buys fewer instances than the size, so it does not
+    # hold; topped up to the size with the offering cheapest per request there, it does.
+    # Where a pool carries many times what one instance does, that is far cheaper than
+    # the plan at n*: two p2.xlarge batching NASNet carry 17 r/s, six alone 0.4.
+    for k in sorted({size for sizes, _ in tables.values() for size in sizes if lo < size}):
+        if k > MAX_TOP_UP:
+            break
+        at_k = [at(o, k) for o in options if o in tables and at(o, k).capacity_rps > 0]
+        if not at_k:
+            continue
+        cheapest = min(at_k, key=lambda o: o.price_per_hour / o.capacity_rps)
+        floor = k * cheapest.capacity_rps * (1.0 - 1e-9)
+        topped = plan_at_load(k, [max(f, floor) for f in forecast])
+        if fleet_size(topped) >= k and topped.cost_per_hour < best.cost_per_hour * (1 - 1e-9):
+            best = topped
     return best

@@ -18,6 +18,7 @@ from provisioner.batching import PROFILE_BATCHES, tune_batching
 from provisioner.greedy import PlannerOption
 from provisioner.options import planner_option
 from provisioner.perf_model import InstancePerf
+from provisioner.pool_batching import pool_batching
 
 log = logging.getLogger("mark.control")
 
@@ -43,6 +44,9 @@ def build_options(
             log.info("%s cannot serve %s within the SLO: %s", itype, spec.name, exc)
             continue
         perf = InstancePerf(latency(cfg.n_batch), cfg.n_batch, cfg.w_batch_s)
+        pool = tuple(
+            (p.size, p.capacity_rps) for p in pool_batching(latency, rt_max_s, spec.slo.sl_min)
+        )
         for market in markets:
             try:
                 price = catalog.offering(itype, market).price_per_hour
@@ -57,6 +61,7 @@ def build_options(
                     rt_max_s=rt_max_s,
                     sl_min=spec.slo.sl_min,
                     boot_s=boot_s,
+                    pool=pool,
                 )
             )
     return options

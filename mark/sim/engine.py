@@ -165,6 +165,10 @@ class Engine:
         for pool in self._pools.values():
             heapq.heapify(pool.busy)
 
+    def servers(self) -> list[Server]:
+        """The instances serving now (``set_servers``)."""
+        return [s for pool in self._pools.values() for _, _, s in pool.busy]
+
     def serve_until(self, t_end: float) -> None:
         """Dispatch every request that arrives before ``t_end`` (Unix seconds)."""
         arr = self.arr

@@ -15,6 +15,7 @@ counted.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ from mark.sim.workloads import Workload
 from mark.state.records import ArrivalWindow
 from provisioner.batching import serving_batching
 from provisioner.greedy import PlannerOption
+from provisioner.pool_batching import batching_for
 from provisioner.target_tracking import DEFAULT_METRIC_DELAY_S
 
 Progress = Callable[[float], None]  # fraction of simulated time done
@@ -265,6 +267,12 @@ class SimWorld:
                 srv = self._server_for(inst)
                 if srv is not None:
                     serving.append(srv)
+        of_type = Counter(s.itype for s in serving if not s.burstable)
+        for s in serving:
+            if not s.burstable:  # a pool batches as the daemon's dispatcher does
+                s.n_batch, s.w_batch_s = batching_for(
+                    s.latency, self.model.rt_max_s, self.model.sl_min, of_type[s.itype]
+                )
         self.engine.set_servers(serving)
 
     async def record_fleet(self, t: float) -> None:

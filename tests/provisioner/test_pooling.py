@@ -73,6 +73,26 @@ def test_pooled_plan_buys_fewer_instances_and_its_pool_covers_the_load() -> None
     assert n_pooled * capacity_in_pool(opt, n_pooled) >= 40.0
 
 
+def test_a_plan_is_topped_up_to_the_pool_that_carries_it() -> None:
+    """NASNet's profiles (``provisioner.pool_batching``): a p2.xlarge alone carries 0.06 r/s,
+    two batching together 8.3 each. For 5 r/s one p2 would do at the pool figure, which a
+    pool of one does not earn, so the largest consistent size is 1 (five c5.4xlarge, $3.40
+    an hour); two p2.xlarge, $1.80, hold as a pool of two and carry it."""
+    p2 = PlannerOption(
+        "p2.xlarge", "on-demand", 0.9, 0.06, latency_s=0.632, pool=((2, 8.3), (4, 11.2), (8, 11.9))
+    )
+    c5 = PlannerOption(
+        "c5.4xlarge", "on-demand", 0.68, 1.24, latency_s=0.321, pool=((2, 1.9), (4, 2.4), (8, 2.8))
+    )
+    forecast = [5.0] * 10
+    alone = plan_greedy(forecast, [], [p2, c5], slo_s=1.0, tau_steps=1)
+    assert alone.launches() == {("c5.4xlarge", "on-demand"): 5}
+    plan = plan_pooled(forecast, [], [p2, c5], slo_s=1.0, tau_steps=1)
+    assert plan.launches() == {("p2.xlarge", "on-demand"): 2}
+    assert plan.cost_per_hour < alone.cost_per_hour
+    assert 2 * capacity_in_pool(p2, 2) >= 5.0
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     rates=st.lists(st.floats(0.0, 300.0), min_size=3, max_size=8),
