@@ -84,7 +84,7 @@ from mark.state.outbox import unreachable
 from mark.state.store import make_engine
 from mark.world import Agents, Job, World, open_world
 from provisioner.control_state import MEASURING_ROLES
-from provisioner.pool_batching import batching_for
+from provisioner.pool_batching import batching_for, pool_batching
 
 log = logging.getLogger("mark.daemon")
 
@@ -245,6 +245,11 @@ async def _every(seconds: float, what: str, fn: Callable[[], Awaitable[None]]) -
             log.exception("%s failed", what)
 
 
+def _measure_pools(latencies: list[BatchLatency], rt_max_s: float, sl_min: float) -> None:
+    for latency in latencies:
+        pool_batching(latency, rt_max_s, sl_min)  # cached: ``batching_for`` then reads it
+
+
 async def _sync_backends(run: Running) -> None:
     agents = run.world.agents
     if agents is None:
@@ -261,6 +266,10 @@ async def _sync_backends(run: Running) -> None:
             if a.instance.model == name and a.instance.role.value not in MEASURING_ROLES
         ]
         of_type = Counter(a.instance.instance_type for _, a in mine)
+        pooled = [a.latency for _, a in mine if of_type[a.instance.instance_type] > 1]
+        # A profile's pool batching is measured on the perf model's queue, seconds the
+        # first time: off the event loop, so the request path never waits on it.
+        await asyncio.to_thread(_measure_pools, pooled, rt_max_s, served.spec.slo.sl_min)
         served.dispatcher.set_backends(
             [
                 backend_for(

@@ -8,6 +8,7 @@ type whose accelerator the model cannot use (``provisioner.accelerators``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,7 +71,10 @@ async def rate_options(
             ", ".join(missing),
         )
     latency = {t: lat for t, (lat, _) in chosen.items()}
-    standby = build_options(
+    # Rating runs the perf model's queue for every type and pool size (seconds for new
+    # profiles): in a thread, so the daemon's request path never waits on it.
+    standby = await asyncio.to_thread(
+        build_options,
         spec,
         catalog,
         settings.offerings.standby_types[:1],
@@ -78,7 +82,8 @@ async def rate_options(
         latency,
         boot_s=world.boot_s,
     )
-    options = build_options(
+    options = await asyncio.to_thread(
+        build_options,
         spec,
         catalog,
         settings.offerings.types,
