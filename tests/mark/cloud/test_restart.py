@@ -84,7 +84,9 @@ async def test_a_restarted_controller_adopts_the_fleet_and_launches_nothing_twic
     settings, options = _setup()
     model = settings.models[0].name
     now = time.time()
-    store = await _store_with_load(tmp_path, model, 3 * options[0].capacity_rps, now)
+    # Three times what one instance carries at most, alone or in any pool: at least three.
+    most = max([options[0].capacity_rps, *(c for _, c in options[0].pool)])
+    store = await _store_with_load(tmp_path, model, 3 * most, now)
     try:
         async with AwsFleet(REGION, aws_env, cluster, LaunchSpec(ami)) as fleet:
             first = Controller(settings, fleet, store, {model: options})
