@@ -14,17 +14,19 @@ from hypothesis import strategies as st
 from bouncer.latency import BatchLatency
 from mark.catalog import load_catalog
 from mark.sim.bound import (
+    THETA_STEP,
     BoundError,
     BoundOffering,
     LambdaTerms,
     _cover_seconds,
-    batch_prices,
+    batch_floor,
     bound_offerings,
     lambda_terms,
     miss_budget,
     per_request_floor,
     presence_floor,
     prune_dominated,
+    request_prices,
     slo_rate,
     slot_counts,
     system_bound,
@@ -150,16 +152,20 @@ def _flat(price: float = 0.36) -> BoundOffering:
 
 
 def test_the_floor_per_request_is_the_batch_time_over_the_most_that_can_share_it() -> None:
-    gap, theta = per_request_floor(_flat(), RT)
-    assert gap == pytest.approx(RT - 0.25)  # two in-time requests of a batch: ≤ 0.35 s apart
+    gaps, theta = per_request_floor(_flat(), RT)
+    assert gaps == pytest.approx([RT - 0.25] * 8)  # k in-time requests: ≤ 0.35 s apart
     assert theta == pytest.approx([0.25 / k for k in range(1, 9)])
     # A slower batch past RT_max is out; T_n that falls with n counts at the larger n's time.
     odd = BatchLatency(((1, 0.3), (2, 0.2), (3, 0.5), (4, 0.7)))
-    gap, theta = per_request_floor(BoundOffering("x", "on-demand", 1.0, 1.0, latency=odd), RT)
-    assert gap == pytest.approx(RT - 0.2)
+    gaps, theta = per_request_floor(BoundOffering("x", "on-demand", 1.0, 1.0, latency=odd), RT)
+    assert gaps == pytest.approx([RT - 0.2, RT - 0.2, RT - 0.5])  # T̃ = 0.2, 0.2, 0.5
     # T̃_1 = min(T_1, T_2) = 0.2; with up to 3 sharing, 2 of them in a 0.2 s batch is least.
     assert theta == pytest.approx([0.2, 0.1, 0.1])
     assert theta.size == 3  # T_4 = 0.7 > RT_max
+
+
+def _window(arrivals: np.ndarray, t0: float, seconds: float) -> np.ndarray:
+    return arrivals[(arrivals >= t0) & (arrivals < t0 + seconds)]
 
 
 def test_sparse_arrivals_pay_a_whole_batch_each() -> None:
@@ -168,26 +174,114 @@ def test_sparse_arrivals_pay_a_whole_batch_each() -> None:
     t0, seconds = 1_000.0, 600.0
     arrivals = t0 + np.arange(0.0, seconds, 2.0)
     counts = slot_counts(arrivals, t0, seconds, SLOT)
-    prices = batch_prices(arrivals, t0, seconds, SLOT, [_flat()], RT)
-    assert prices[counts > 0] == pytest.approx(0.36 / 3600 * 0.25)
+    assert request_prices(arrivals, t0, seconds, [_flat()], RT) == pytest.approx(
+        np.full(arrivals.size, 0.36 / 3600 * 0.25)
+    )
+    floor = batch_floor(arrivals, t0, seconds, SLOT, [_flat()], RT)
     rate_only = _bound(counts, offerings=[_flat()])
-    assert _bound(counts, offerings=[_flat()], batch_price=prices) == pytest.approx(
+    assert _bound(counts, offerings=[_flat()], batch_floor=floor) == pytest.approx(
         8 * rate_only, rel=1e-6
     )
     # Three arrivals 0.1 s apart every 2 s can share one batch: a third of it each.
     bunched = np.sort(np.concatenate([arrivals, arrivals + 0.1, arrivals + 0.2]))
-    prices = batch_prices(bunched, t0, seconds, SLOT, [_flat()], RT)
-    assert prices[counts > 0] == pytest.approx(0.36 / 3600 * 0.25 / 3)
+    assert request_prices(bunched, t0, seconds, [_flat()], RT) == pytest.approx(
+        np.full(_window(bunched, t0, seconds).size, 0.36 / 3600 * 0.25 / 3)
+    )
+
+
+def test_the_requests_a_batch_shares_must_all_fit_its_own_window() -> None:
+    """T_1..3 = 0.3 s, T_4 = 0.55 s, RT_max 0.6: three requests may share a batch only if
+    they arrived within 0.3 s of one another. Arrivals 0.2 s apart: any two can, no three
+    can, so each pays half a batch, 0.15 s, though three lie within 0.3 s either side of
+    the middle one (0.1 s each if counted so). Four within 0.05 s may share a batch: the least
+    per request is then three in 0.3 s, 0.1 s (four in 0.55 s is 0.1375 s)."""
+    curve = BatchLatency(((1, 0.3), (3, 0.3), (4, 0.55)))
+    o = BoundOffering("c5.large", "on-demand", 3.6, slo_rate(curve, RT), latency=curve)
+    t0 = 100.0
+    arrivals = t0 + np.arange(0.0, 10.0, 0.2)
+    per_s = 3.6 / 3600
+    got = request_prices(arrivals, t0, 10.0, [o], RT)
+    assert got == pytest.approx(np.full(arrivals.size, per_s * 0.15))
+    four = t0 + np.array([0.0, 0.01, 0.02, 0.05, 5.0])
+    got = request_prices(four, t0, 10.0, [o], RT)
+    assert got == pytest.approx(per_s * np.array([0.1] * 4 + [0.3]))
+
+
+def _prices_by_definition(arrivals: np.ndarray, o: BoundOffering) -> np.ndarray:
+    """π_r straight from the module doc: the largest k such that some window of
+    RT_max − T̃_k starting at an arrival holds r and at least k arrivals."""
+    gaps, theta = per_request_floor(o, RT)
+    out = []
+    for r in arrivals:
+        best_k = 1
+        for k in range(2, theta.size + 1):
+            g = gaps[k - 1]
+            starts = arrivals[(arrivals <= r) & (arrivals >= r - g - 1e-9)]
+            if any(
+                np.count_nonzero((arrivals >= s) & (arrivals <= s + g + 1e-9)) >= k for s in starts
+            ):
+                best_k = k
+        out.append(theta[best_k - 1] * o.price_per_hour / 3600)
+    return np.asarray(out)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    gaps=st.lists(st.floats(0.0, 0.5), min_size=1, max_size=40),
+    times=st.lists(st.floats(0.05, 0.6), min_size=1, max_size=8).map(sorted),
+)
+def test_request_prices_follow_their_definition(gaps: list[float], times: list[float]) -> None:
+    """Any profile (``T_n`` nondecreasing) and any arrivals: the cumulative counts of
+    ``request_prices`` agree with counting the windows one by one."""
+    curve = BatchLatency(tuple(enumerate(times, 1)))
+    o = BoundOffering("x", "on-demand", 3.6, max(slo_rate(curve, RT), 1e-9), latency=curve)
+    if per_request_floor(o, RT)[1].size == 0:
+        return
+    arrivals = 10.0 + np.cumsum(np.asarray(gaps))
+    got = request_prices(arrivals, 0.0, 100.0, [o], RT)
+    want = _prices_by_definition(arrivals, o)
+    # request_prices reads θ at the end of a run of falls below THETA_STEP: never above.
+    assert np.all(got <= want * (1 + 1e-12))
+    assert np.all(got >= want * (1 - THETA_STEP) ** 8)
 
 
 def test_dense_arrivals_fill_batches_and_the_floor_adds_nothing() -> None:
     t0, seconds = 1_000.0, 300.0
     arrivals = t0 + np.arange(0.0, seconds, 0.02)  # 50 r/s: 17 within 0.35 s of each
     counts = slot_counts(arrivals, t0, seconds, SLOT)
-    prices = batch_prices(arrivals, t0, seconds, SLOT, [_flat()], RT)
+    prices = request_prices(arrivals, t0, seconds, [_flat()], RT)
     assert np.allclose(prices, 0.36 / 3600 * 0.25 / 8)  # a full batch's share: 1/μ
-    with_floor = _bound(counts, offerings=[_flat()], batch_price=prices)
+    floor = batch_floor(arrivals, t0, seconds, SLOT, [_flat()], RT)
+    assert floor.slot.tolist() == list(range(counts.size))  # one group per slot
+    with_floor = _bound(counts, offerings=[_flat()], batch_floor=floor)
     assert with_floor == pytest.approx(_bound(counts, offerings=[_flat()]), rel=1e-6)
+
+
+def test_a_lone_request_beside_a_full_batch_pays_its_own_and_is_the_one_missed() -> None:
+    """Each 5 s slot holds a burst of 16 requests within 0.1 s (two full batches) and one
+    request 2 s later, alone. The lone one pays a whole 0.25 s batch, which a price per
+    slot (the burst's) would not charge; with a budget of one miss per slot the LP misses
+    exactly the lone ones and costs what the bursts alone cost."""
+    t0, seconds = 1_000.0, 300.0
+    starts = t0 + np.arange(0.0, seconds, SLOT)
+    burst = np.sort((starts[:, None] + np.linspace(0.0, 0.1, 16)[None, :]).ravel())
+    both = np.sort(np.concatenate([burst, starts + 2.0]))
+    groups = batch_floor(both, t0, seconds, SLOT, [_flat()], RT)
+    assert groups.count.tolist() == [16, 1] * starts.size
+    assert groups.price[1] == pytest.approx(0.36 / 3600 * 0.25)  # alone
+    floor_of = {"offerings": [_flat()], "batch_floor": groups}
+    only_bursts = _bound(
+        slot_counts(burst, t0, seconds, SLOT),
+        offerings=[_flat()],
+        batch_floor=batch_floor(burst, t0, seconds, SLOT, [_flat()], RT),
+    )
+    counts = slot_counts(both, t0, seconds, SLOT)
+    assert _bound(counts, miss_budget=starts.size, **floor_of) == pytest.approx(
+        only_bursts, rel=1e-6
+    )
+    # Served, each lone request adds at least its whole batch: 0.25 s of an instance.
+    lone_s = starts.size * 0.25 * 0.36 / 3600 / KAPPA
+    assert _bound(counts, **floor_of) >= only_bursts + lone_s * (1 - 1e-6)
 
 
 def test_the_floor_takes_the_cheapest_offering_per_request_and_pruning_keeps_the_value() -> None:
@@ -199,10 +293,21 @@ def test_the_floor_takes_the_cheapest_offering_per_request_and_pruning_keeps_the
     t0, seconds = 1_000.0, 600.0
     arrivals = t0 + np.arange(0.0, seconds, 2.0)
     counts = slot_counts(arrivals, t0, seconds, SLOT)
-    prices = batch_prices(arrivals, t0, seconds, SLOT, [_flat(), half], RT)
-    assert prices[counts > 0] == pytest.approx(0.18 / 3600 * 0.4)
-    both = {"offerings": [_flat(), half], "batch_price": prices}
+    prices = request_prices(arrivals, t0, seconds, [_flat(), half], RT)
+    assert prices == pytest.approx(np.full(arrivals.size, 0.18 / 3600 * 0.4))
+    floor = batch_floor(arrivals, t0, seconds, SLOT, [_flat(), half], RT)
+    both = {"offerings": [_flat(), half], "batch_floor": floor}
     assert _bound(counts, **both) == pytest.approx(_bound(counts, **both, prune=False), rel=1e-6)
+
+
+def test_groups_that_do_not_hold_the_slots_requests_are_refused() -> None:
+    t0, seconds = 1_000.0, 20.0
+    arrivals = t0 + np.arange(0.0, seconds, 2.0)
+    floor = batch_floor(arrivals, t0, seconds, SLOT, [_flat()], RT)
+    counts = slot_counts(arrivals, t0, seconds, SLOT)
+    counts[0] += 1
+    with pytest.raises(BoundError, match="groups"):
+        _bound(counts, offerings=[_flat()], batch_floor=floor)
 
 
 async def test_no_policy_costs_less_than_the_bound_where_the_floor_binds() -> None:
