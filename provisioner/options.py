@@ -33,7 +33,9 @@ def planner_option(
     """An offering as the planner sees it for one model and SLO; ``pool`` replaces the
     pool capacities measured at ``perf``'s batching (``provisioner.pool_batching``)."""
     alone = capacity_under_slo(perf, rt_max_s, sl_min, seed=seed)
-    if pool is None:
+    if alone <= 0:
+        pool = ()  # it carries nothing alone: never planned, so its pools are not measured
+    elif pool is None:
         pool = pooled_capacity(perf, rt_max_s, sl_min, seed=seed)
     return PlannerOption(
         instance_type=instance_type,
@@ -42,5 +44,5 @@ def planner_option(
         capacity_rps=alone,
         launch_overhead=price_per_hour * boot_s / 3600.0,
         latency_s=perf.batch_time_s,
-        pool=pool if alone > 0 else (),
+        pool=pool,
     )

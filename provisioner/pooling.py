@@ -146,7 +146,7 @@ def plan_pooled(
     for k in sorted({size for sizes, _ in tables.values() for size in sizes if lo < size}):
         if k > MAX_TOP_UP:
             break
-        at_k = [at(o, k) for o in options if o in tables and at(o, k).capacity_rps > 0]
+        at_k = [a for a in (at(o, k) for o in options if o in tables) if a.capacity_rps > 0]
         if not at_k:
             continue
         cheapest = min(at_k, key=lambda o: o.price_per_hour / o.capacity_rps)
