@@ -172,6 +172,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -674,17 +675,23 @@ def system_bound(
     a_eq = coo_matrix((np.concatenate(ev), (er, ec)), shape=(n_eq, n_var)).tocsr()
     b_eq = np.concatenate([demand, np.zeros(n_eq - n_w)])
 
-    res = linprog(
-        cost,
-        A_ub=a_ub,
-        b_ub=np.concatenate(b_ub),
-        A_eq=a_eq,
-        b_eq=b_eq,
-        bounds=(0, None),
-        # The floor's rows slow HiGHS's dual simplex tenfold (NASNet, day 10: 230 s); its
-        # interior point, with crossover to a vertex, solves the same LP in 20 s.
-        method="highs-ipm" if floor_rows else "highs",
-    )
+    def solve(method: str) -> Any:
+        return linprog(
+            cost,
+            A_ub=a_ub,
+            b_ub=np.concatenate(b_ub),
+            A_eq=a_eq,
+            b_eq=b_eq,
+            bounds=(0, None),
+            method=method,
+        )
+
+    # The floor's rows slow HiGHS's dual simplex tenfold (NASNet, day 10: 230 s); its
+    # interior point, with crossover to a vertex, solves the same LP in 20 s. Where the
+    # interior point reports anything but an optimum or infeasibility, the simplex decides.
+    res = solve("highs-ipm" if floor_rows else "highs")
+    if floor_rows and res.status not in (0, 2):
+        res = solve("highs")
     solve_s = time.perf_counter() - t_start
     if res.status == 2:  # infeasible: no schedule of this world meets the SLO
         return Bound(

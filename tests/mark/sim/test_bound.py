@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy.optimize import linprog
 
 from bouncer.latency import BatchLatency
 from mark.catalog import load_catalog
@@ -620,3 +621,29 @@ async def test_where_lambda_is_too_slow_no_policy_costs_less_than_the_floor(
         assert b is not None
         assert b.lp_value is not None and b.value >= b.lp_value
         assert r.total_cost >= b.value * (1 - 1e-6) - 1e-9, (r.policy, r.total_cost, b)
+
+
+def test_the_simplex_decides_where_the_interior_point_stops_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The floor's LP goes to HiGHS's interior point; stopped after one iteration (its
+    real iteration limit), the bound comes from the dual simplex, the same value."""
+    import mark.sim.bound as bound_mod
+
+    t0, seconds = 1_000.0, 300.0
+    arrivals = t0 + np.arange(0.0, seconds, 2.0)
+    counts = slot_counts(arrivals, t0, seconds, SLOT)
+    floor = batch_floor(arrivals, t0, seconds, SLOT, [_flat()], RT)
+    want = _bound(counts, offerings=[_flat()], batch_floor=floor)
+    methods: list[tuple[str, int]] = []
+
+    def stopped(*args: object, method: str = "highs", **kw: object) -> object:
+        if method == "highs-ipm":
+            kw["options"] = {"maxiter": 1}
+        res = linprog(*args, method=method, **kw)
+        methods.append((method, res.status))
+        return res
+
+    monkeypatch.setattr(bound_mod, "linprog", stopped)
+    assert _bound(counts, offerings=[_flat()], batch_floor=floor) == pytest.approx(want, rel=1e-9)
+    assert methods == [("highs-ipm", 1), ("highs", 0)]
