@@ -172,11 +172,10 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import linprog
+from scipy.optimize import OptimizeResult, linprog
 from scipy.sparse import coo_matrix
 
 from mark.billing import EC2_MINIMUM_S
@@ -351,10 +350,17 @@ def slot_counts(
     arrivals: NDArray[np.float64], t0: float, seconds: float, slot_s: float
 ) -> NDArray[np.int64]:
     """Requests arriving in each slot of ``[t0, t0 + seconds)``."""
+    n, idx = _slots_of(arrivals, t0, seconds, slot_s)
+    return np.bincount(idx, minlength=n).astype(np.int64)
+
+
+def _slots_of(
+    arrivals: NDArray[np.float64], t0: float, seconds: float, slot_s: float
+) -> tuple[int, NDArray[np.int64]]:
+    """(slots in the window, the slot of each of its arrivals, in arrival order)."""
     n = math.ceil(seconds / slot_s - 1e-9)
     a = arrivals[(arrivals >= t0) & (arrivals < t0 + seconds)]
-    idx = np.minimum(((a - t0) // slot_s).astype(np.int64), n - 1)
-    return np.bincount(idx, minlength=n).astype(np.int64)
+    return n, np.minimum(((a - t0) // slot_s).astype(np.int64), n - 1)
 
 
 def per_request_floor(
@@ -452,10 +458,8 @@ def batch_floor(
     """The requests of each slot grouped by π (``request_prices``); those at or below the
     least price per full-batch rate share one group at their least π (the capacity row
     implies their floor). ``arrivals`` sorted, warm-up included."""
-    n = math.ceil(seconds / slot_s - 1e-9)
+    n, slot = _slots_of(arrivals, t0, seconds, slot_s)
     prices = request_prices(arrivals, t0, seconds, offerings, rt_max_s)
-    at = arrivals[(arrivals >= t0) & (arrivals < t0 + seconds)]
-    slot = np.minimum(((at - t0) // slot_s).astype(np.int64), n - 1)
     rated = [o.price_per_hour / 3600.0 / o.rate_rps for o in offerings if o.rate_rps > 0]
     c_star = min(rated, default=0.0)
     prices = np.where(np.isfinite(prices), prices, 0.0)  # none answers it: no floor
@@ -675,15 +679,11 @@ def system_bound(
     a_eq = coo_matrix((np.concatenate(ev), (er, ec)), shape=(n_eq, n_var)).tocsr()
     b_eq = np.concatenate([demand, np.zeros(n_eq - n_w)])
 
-    def solve(method: str) -> Any:
+    upper = np.concatenate(b_ub)
+
+    def solve(method: str) -> OptimizeResult:
         return linprog(
-            cost,
-            A_ub=a_ub,
-            b_ub=np.concatenate(b_ub),
-            A_eq=a_eq,
-            b_eq=b_eq,
-            bounds=(0, None),
-            method=method,
+            cost, A_ub=a_ub, b_ub=upper, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method=method
         )
 
     # The floor's rows slow HiGHS's dual simplex tenfold (NASNet, day 10: 230 s); its
