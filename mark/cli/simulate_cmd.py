@@ -314,6 +314,13 @@ def simulate(
         "above both the rate the last plan was made for and what the fleet carries, while "
         "spill answers within RT_max (the daemon's default, timings.early_steps)",
     ),
+    cooldown_s: float | None = typer.Option(
+        None,
+        min=0.0,
+        help="mark policies: seconds an instance the plan no longer wants idles before it "
+        "is retired (the daemon's timings.cooldown_s; default: the boot time, the "
+        "ski-rental rule)",
+    ),
     warmup_s: float = typer.Option(900.0, help="simulated before the window, not counted"),
     seed: int = typer.Option(0, help="seed of the arrivals and interruptions"),
     fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv"),
@@ -348,6 +355,7 @@ def simulate(
         decline_share=decline_share,
         slo_period_s=slo_period,
         early_steps=early_steps,
+        cooldown_s=cooldown_s,
     )
     workload = build_workload(
         trace,

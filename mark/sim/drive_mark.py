@@ -48,7 +48,7 @@ def sim_settings(world: SimWorld) -> Settings:
         ),
         # The paper's experiments measure the policy, not a user's budget: no spend rails.
         budget=BudgetSpec(max_hourly_per_model=None, max_hourly_cluster=None),
-        timings=Timings(early_steps=world.cfg.early_steps),
+        timings=Timings(early_steps=world.cfg.early_steps, cooldown_s=world.cfg.cooldown_s),
     )
 
 

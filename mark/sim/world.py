@@ -87,6 +87,9 @@ class SimConfig:
     # The SLO's period those misses are kept within (bouncer.miss_budget; None: the spec's).
     slo_period_s: float | None = None
     early_steps: bool = True  # mark policies: plan early when the load outruns the plan
+    # mark policies: how long an instance the plan no longer wants stays before it is
+    # retired (the daemon's timings.cooldown_s; None: its default, the boot time).
+    cooldown_s: float | None = None
 
 
 @dataclass

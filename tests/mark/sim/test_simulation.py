@@ -149,6 +149,28 @@ async def test_the_controller_decides_the_same_on_a_real_store_as_in_memory(
     assert {"launch", "retire"} <= actions  # the step up launched, the step down retired
 
 
+async def _retired_after_the_step_down(cooldown: float) -> tuple[float, list[float]]:
+    w = _step_load()
+    cfg = SimConfig(warmup_s=300, cooldown_s=cooldown)
+    arrivals = w.arrivals(int(w.start - cfg.warmup_s), w.end, seed=3)
+    sim = Simulation(w, _model(), POLICIES["no-prediction"], cfg, arrivals=arrivals)
+    r = await sim.run()
+    down = w.t0 + 1500  # the load falls from 12 to 3 r/s
+    retired = [d.at - down for d in await sim.store.decisions(0, 1e12) if d.action == "retire"]
+    return r.total_cost, [t for t in retired if t >= 0]
+
+
+async def test_the_cool_down_set_for_a_simulation_is_the_one_the_controller_keeps() -> None:
+    """``SimConfig.cooldown_s`` (``mark simulate --cooldown-s``) is the daemon's
+    ``timings.cooldown_s``: with none, the instance the step down leaves unwanted retires
+    at the next plan; with ten minutes it idles, billed, for minutes more."""
+    cost_none, after_none = await _retired_after_the_step_down(0.0)
+    cost_long, after_long = await _retired_after_the_step_down(600.0)
+    assert after_none and min(after_none) < 180
+    assert after_long and min(after_long) >= min(after_none) + 300
+    assert cost_long > cost_none
+
+
 async def test_a_surge_is_carried_by_lambda_and_the_slo_monitor() -> None:
     w = surge_workload(base_rps=20.0, surge=1.0, hours=0.75, surge_at_s=900, hold_s=600)
     cfg = SimConfig(warmup_s=600)
