@@ -49,13 +49,21 @@ TIME_FEATURES = 4  # sin/cos time of day, sin/cos day of week (at the origin)
 
 
 @contextmanager
-def _threads(n: int) -> Iterator[None]:
-    """Use `n` torch threads inside, restore the caller's setting after."""
-    before = torch.get_num_threads()
+def _numerics(n: int) -> Iterator[None]:
+    """Use `n` torch threads and no oneDNN inside, restore the caller's settings after.
+
+    oneDNN compiles its LSTM kernels for the CPU it finds (AVX-512 here, AVX2 there), so
+    the same seeded fit came out different on different machines, and so did every
+    simulated cost after it; without it the LSTM runs on ATen's kernels and MKL, whose
+    results do not depend on the vector width once MKL is pinned to its compatible code
+    path (``mark.sim.pinned_fit``). The network is small: a fit takes seconds more."""
+    before, dnn = torch.get_num_threads(), bool(torch.backends.mkldnn.enabled)
     torch.set_num_threads(n)
+    torch.backends.mkldnn.enabled = False  # type: ignore[assignment]  # a ContextProp
     try:
         yield
     finally:
+        torch.backends.mkldnn.enabled = dnn  # type: ignore[assignment]
         torch.set_num_threads(before)
 
 
@@ -145,7 +153,7 @@ class LSTMForecaster(Forecaster):
         self.level_mean = 0.0
         self.level_std = 1.0
         self.report: TrainReport | None = None
-        with _threads(self.threads):
+        with _numerics(self.threads):
             torch.manual_seed(seed)
             self.net = _Net(self.n_extra, hidden, horizon)
 
@@ -235,7 +243,7 @@ class LSTMForecaster(Forecaster):
         val_idx = split + np.flatnonzero(keep[split:])
         if train_idx.size == 0 or val_idx.size == 0:
             raise ForecasterError("history too short or too gappy to train on")
-        with _threads(self.threads):
+        with _numerics(self.threads):
             self.report = self._train(s, train_idx, val_idx)
 
     def _tensors(self, s: _Samples, idx: np.ndarray) -> tuple[torch.Tensor, ...]:
@@ -295,7 +303,7 @@ class LSTMForecaster(Forecaster):
         need = MINUTES_PER_DAY + self.lag_before + self.lookback
         tail = history.tail(need)
         s = self._samples(tail, np.array([len(tail) - 1]), with_target=False)
-        with _threads(self.threads), torch.no_grad():
+        with _numerics(self.threads), torch.no_grad():
             out = self.net(
                 torch.from_numpy(s.seq.astype(np.float32)),
                 torch.from_numpy(s.extra.astype(np.float32)),

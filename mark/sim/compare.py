@@ -2,7 +2,8 @@
 
 Every policy sees the very same request arrival times (one seeded draw) and,
 where it forecasts, the same forecaster trained once on the history before
-the simulated window. Training is cached on disk by what it was trained on,
+the simulated window, in numerics that repeat on any x86-64 CPU
+(``mark.sim.pinned_fit``). Training is cached on disk by what it was trained on,
 so a second comparison on the same trace starts at once.
 
 Each result carries the whole-system lower bound (``mark.sim.bound``) on the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -24,6 +26,7 @@ import numpy as np
 from mark.catalog import Catalog
 from mark.sim.bound import Bound, window_bound
 from mark.sim.models import SimModel
+from mark.sim.pinned_fit import NUMERICS, fit_pinned
 from mark.sim.policies import Policy
 from mark.sim.results import PolicyResult
 from mark.sim.run import SimConfig, Simulation
@@ -45,26 +48,30 @@ def history_of(workload: Workload, warmup_s: float) -> History:
 def train_forecaster(
     spec: str, workload: Workload, warmup_s: float, cache_dir: Path | None
 ) -> Forecaster:
-    """Fit ``spec`` (a predictor registry name) on the workload's history, cached by content."""
+    """Fit ``spec`` (a predictor registry name) on the workload's history, cached by content,
+    with numerics that give the same model on any x86-64 CPU (``mark.sim.pinned_fit``)."""
     from predictor.base import ForecasterError
     from predictor.registry import create, load
 
     history = history_of(workload, warmup_s)
     params = json.dumps(create(spec).params(), sort_keys=True)  # a changed model retrains
     key = hashlib.sha256(
-        spec.encode() + params.encode() + history.values.tobytes() + str(history.start).encode()
+        NUMERICS.encode()
+        + spec.encode()
+        + params.encode()
+        + history.values.tobytes()
+        + str(history.start).encode()
     ).hexdigest()[:16]
-    path = cache_dir / f"{spec}-{key}.npz" if cache_dir is not None else None
-    if path is not None and path.exists():
+    if cache_dir is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return fit_pinned(spec, history, Path(tmp) / "model.npz")
+    path = cache_dir / f"{spec}-{key}.npz"
+    if path.exists():
         try:
             return load(path)
         except ForecasterError:
             pass  # saved by an older version of the model: fit it again, below
-    model = create(spec).fit(history)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        model.save(path)
-    return model
+    return fit_pinned(spec, history, path)
 
 
 BoundKey = tuple[tuple[str, ...], tuple[str, ...]]  # markets, standby types

@@ -2,33 +2,63 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
-import predictor.registry
 from mark.sim.compare import train_forecaster
 from mark.sim.workloads import mmpp_workload
-from predictor.base import Forecaster
+
+# A model whose default changes with the environment, as a code change to its defaults
+# would: the parent (which keys the cache) and the child (which fits) both read it.
+USER_MODULE = """
+import os
+
 from predictor.baselines import SeasonalNaive
+
+
+class Seasonal(SeasonalNaive):
+    def __init__(self, period=None):
+        super().__init__(period=int(os.environ["CACHE_TEST_PERIOD"]) if period is None else period)
+"""
 
 
 def test_a_model_with_other_parameters_is_trained_again_not_loaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "cache_models.py").write_text(textwrap.dedent(USER_MODULE))
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(code), *sys.path]))
+    monkeypatch.setenv("CACHE_TEST_PERIOD", "1440")
+    cache = tmp_path / "cache"
+    spec = "cache_models:Seasonal"
     workload = mmpp_workload(hours=1, history_days=1)
-    period = {"now": 1440}
+    try:
+        first = train_forecaster(spec, workload, 900, cache)
+        assert len(list(cache.iterdir())) == 1
+        again = train_forecaster(spec, workload, 900, cache)
+        assert len(list(cache.iterdir())) == 1  # the same model: loaded from the cache
+        assert again.params() == first.params() == {"period": 1440}
+        monkeypatch.setenv("CACHE_TEST_PERIOD", "60")
+        changed = train_forecaster(spec, workload, 900, cache)
+        assert changed.params() == {"period": 60}  # not yesterday's model from the cache
+        assert len(list(cache.iterdir())) == 2
+    finally:
+        sys.modules.pop("cache_models", None)
 
-    def create(spec: str) -> Forecaster:  # what a code change to the model's defaults does
-        return SeasonalNaive(period=period["now"])
 
-    monkeypatch.setattr(predictor.registry, "create", create)
-    first = train_forecaster("seasonal", workload, 900, tmp_path)
-    assert len(list(tmp_path.iterdir())) == 1
-    again = train_forecaster("seasonal", workload, 900, tmp_path)
-    assert len(list(tmp_path.iterdir())) == 1  # the same model: loaded from the cache
-    assert again.params() == first.params() == {"period": 1440}
-    period["now"] = 60
-    changed = train_forecaster("seasonal", workload, 900, tmp_path)
-    assert changed.params() == {"period": 60}  # not yesterday's model from the cache
-    assert len(list(tmp_path.iterdir())) == 2
+def test_without_a_cache_the_model_is_fitted_and_nothing_is_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    model = train_forecaster("seasonal", mmpp_workload(hours=1, history_days=1), 900, None)
+    assert model.fitted
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,91 @@
+"""Fit a simulation's forecaster the same way on any x86-64 CPU.
+
+Why: the forecaster is fitted once per window and steers every plan after it, and a
+seeded fit still came out different on different machines (Inception-v3 on Twitter
+day 10: mark-spot 1.586× the bound on one machine, 1.605× on another, from the same
+commit). The difference is numerical: libraries pick kernels for the CPU they find,
+and a last-bit difference in one feature grows through thousands of gradient steps.
+Three of them reach the fit:
+
+- numpy's vectorised math and reductions (AVX-512 against AVX2 loops differ in the
+  last bit): off above the x86-64-v2 baseline with ``NPY_DISABLE_CPU_FEATURES``;
+- MKL's BLAS (what ``torch`` multiplies with): pinned to its compatible code path with
+  ``MKL_CBWR=COMPATIBLE``, Intel's documented way to the same results on Intel and
+  AMD processors;
+- oneDNN's LSTM, compiled for the CPU at run time: not used (``predictor.lstm``).
+
+The first two are read when the libraries load, so the fit runs in a child process
+started with them set, and writes the fitted model where the parent loads it from; the
+parent's own numerics (the simulator's, the daemon's serving) are left alone. Measured
+on one AVX-512 machine by emulating an AVX2 one (``ATEN_CPU_CAPABILITY=avx2``,
+``MKL_ENABLE_INSTRUCTIONS=AVX2``, numpy's AVX-512 off): the fitted weights differ
+without these settings and are identical with them (``experiments/table5/README.md``).
+Other architectures (ARM) get their own, equally repeatable, numbers.
+
+Run as ``python -m mark.sim.pinned_fit SPEC HISTORY.npz OUT``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from predictor.base import Forecaster, ForecasterError, History
+
+PINNED_ENV = {
+    "MKL_CBWR": "COMPATIBLE",
+    "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
+}
+"""What the child is started with (a name numpy does not know, e.g. on ARM, is ignored)."""
+
+NUMERICS = "pinned-1"
+"""Names these numerics in the forecaster cache's key: a model fitted otherwise is refitted."""
+
+TAIL_LINES = 20  # of the child's stderr, in the error when it fails
+
+
+def fit_pinned(spec: str, history: History, out: Path) -> Forecaster:
+    """``spec`` (a predictor registry name) fitted on ``history`` with the pinned numerics,
+    saved at ``out`` and loaded back; raises ``ForecasterError`` with the child's own
+    error when the fit fails."""
+    from predictor.registry import load
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "history.npz"
+        np.savez(src, values=history.values, start=np.array(str(history.start)))
+        env = {**os.environ, **PINNED_ENV}
+        done = subprocess.run(
+            [sys.executable, "-m", "mark.sim.pinned_fit", spec, str(src), str(out)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-TAIL_LINES:])
+        raise ForecasterError(f"fitting {spec!r} failed:\n{tail}")
+    return load(out)
+
+
+def main(argv: list[str]) -> int:
+    from predictor.registry import create
+
+    if len(argv) != 3:
+        print("usage: python -m mark.sim.pinned_fit SPEC HISTORY.npz OUT", file=sys.stderr)
+        return 2
+    spec, src, out = argv
+    with np.load(src, allow_pickle=False) as z:
+        history = History(z["values"], np.datetime64(str(z["start"]), "m"))
+    create(spec).fit(history).save(Path(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
