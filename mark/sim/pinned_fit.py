@@ -8,7 +8,8 @@ and a last-bit difference in one feature grows through thousands of gradient ste
 Three of them reach the fit:
 
 - numpy's vectorised math and reductions (AVX-512 against AVX2 loops differ in the
-  last bit): off above the x86-64-v2 baseline with ``NPY_DISABLE_CPU_FEATURES``;
+  last bit): held at numpy's baseline (x86-64-v2 for its wheels) with
+  ``NPY_DISABLE_CPU_FEATURES``;
 - MKL's BLAS (what ``torch`` multiplies with): pinned to its compatible code path with
   ``MKL_CBWR=COMPATIBLE``, Intel's documented way to the same results on Intel and
   AMD processors;
@@ -27,6 +28,7 @@ Run as ``python -m mark.sim.pinned_fit SPEC HISTORY.npz OUT``.
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -37,11 +39,18 @@ import numpy as np
 
 from predictor.base import Forecaster, ForecasterError, History
 
-PINNED_ENV = {
-    "MKL_CBWR": "COMPATIBLE",
-    "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
-}
-"""What the child is started with (a name numpy does not know, e.g. on ARM, is ignored)."""
+MKL_PIN = {"MKL_CBWR": "COMPATIBLE"}
+
+
+def pinned_env() -> dict[str, str]:
+    """The settings the child is started with: MKL's compatible path, and every
+    optimisation numpy dispatches to above its baseline turned off (on this numpy:
+    x86-64-v3 and v4 and the AVX-512 groups; the baseline itself cannot be turned off,
+    so a numpy built for a higher baseline keeps it)."""
+    umath = importlib.import_module("numpy._core._multiarray_umath")
+    dispatched: list[str] = list(getattr(umath, "__cpu_dispatch__", []))
+    return {**MKL_PIN, "NPY_DISABLE_CPU_FEATURES": " ".join(dispatched)}
+
 
 NUMERICS = "pinned-1"
 """Names these numerics in the forecaster cache's key: a model fitted otherwise is refitted."""
@@ -59,7 +68,7 @@ def fit_pinned(spec: str, history: History, out: Path) -> Forecaster:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "history.npz"
         np.savez(src, values=history.values, start=np.array(str(history.start)))
-        env = {**os.environ, **PINNED_ENV}
+        env = {**os.environ, **pinned_env()}
         done = subprocess.run(
             [sys.executable, "-m", "mark.sim.pinned_fit", spec, str(src), str(out)],
             env=env,

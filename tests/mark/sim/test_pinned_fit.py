@@ -4,6 +4,7 @@ out the same whatever vector width the CPU offers."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import textwrap
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mark.sim.pinned_fit import PINNED_ENV, fit_pinned
+from mark.sim.pinned_fit import fit_pinned, pinned_env
 from predictor.base import ForecasterError, History
 
 START = np.datetime64("2026-03-02T00:00", "m")
@@ -88,7 +89,11 @@ def test_the_child_fits_with_the_pinned_numerics_and_the_parent_keeps_its_own(
     assert model.forecast(_history(), 3).tolist() == [1.0, 1.0, 1.0]
     assert (tmp_path / "out" / "probe.npz").stat().st_size > 0
     assert "MKL_CBWR" not in os.environ  # the simulator's own numerics are not touched
-    assert set(PINNED_ENV) == {"MKL_CBWR", "NPY_DISABLE_CPU_FEATURES"}
+    env = pinned_env()
+    assert env["MKL_CBWR"] == "COMPATIBLE"
+    umath = importlib.import_module("numpy._core._multiarray_umath")
+    off = set(env["NPY_DISABLE_CPU_FEATURES"].split())
+    assert off == set(umath.__cpu_dispatch__) and not off & set(umath.__cpu_baseline__)
 
 
 def test_a_fit_that_fails_in_the_child_says_why(models: str, tmp_path: Path) -> None:
