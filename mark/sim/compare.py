@@ -54,6 +54,9 @@ def train_forecaster(
     from predictor.registry import create, load
 
     history = history_of(workload, warmup_s)
+    if cache_dir is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return fit_pinned(spec, history, Path(tmp) / "model.npz")
     params = json.dumps(create(spec).params(), sort_keys=True)  # a changed model retrains
     key = hashlib.sha256(
         NUMERICS.encode()
@@ -62,9 +65,6 @@ def train_forecaster(
         + history.values.tobytes()
         + str(history.start).encode()
     ).hexdigest()[:16]
-    if cache_dir is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            return fit_pinned(spec, history, Path(tmp) / "model.npz")
     path = cache_dir / f"{spec}-{key}.npz"
     if path.exists():
         try:

@@ -2,9 +2,9 @@
 
 Why: the forecaster is fitted once per window and steers every plan after it, and a
 seeded fit still came out different on different machines (Inception-v3 on Twitter
-day 10: mark-spot 1.586× the bound on one machine, 1.605× on another, from the same
-commit). The difference is numerical: libraries pick kernels for the CPU they find,
-and a last-bit difference in one feature grows through thousands of gradient steps.
+day 10, commit f9953df: mark $13.28 on one machine, $13.05 on another). The difference
+is numerical: libraries pick kernels for the CPU they find, and a last-bit difference
+in one feature grows through thousands of gradient steps.
 Three of them reach the fit:
 
 - numpy's vectorised math and reductions (AVX-512 against AVX2 loops differ in the
