@@ -187,7 +187,7 @@ class SimWorld:
         self.timeline: list[tuple[float, int, float, int]] = []  # t, serving, capacity, pending
         self.interruptions = 0  # spot interruptions delivered
         self._servers: dict[str, Server] = {}
-        self._lambda_cost_at_t0 = 0.0
+        self._lambda_at_t0 = (0.0, 0, 0)  # cost, cold starts, throttled invocations
         self._window_counts = self._count_windows()
 
     # -- the load ------------------------------------------------------------
@@ -288,8 +288,9 @@ class SimWorld:
         self.timeline.append((t, len(serving), cap, pending))
 
     def start_measuring(self) -> None:
-        """Called at ``t0``: what Lambda has cost so far is warm-up, not counted."""
-        self._lambda_cost_at_t0 = self.lam.cost
+        """Called at ``t0``: what Lambda has cost, and the cold starts and throttles it has
+        had so far, are warm-up, not counted (as the requests before ``t0`` are not)."""
+        self._lambda_at_t0 = (self.lam.cost, self.lam.cold_starts, self.lam.throttled)
 
     # -- the bill ------------------------------------------------------------
 
@@ -327,12 +328,13 @@ class SimWorld:
             part = "standby" if run.role == InstanceRole.STANDBY.value else run.market
             costs[part] += charge.cost
             hours[run.instance_type] = hours.get(run.instance_type, 0.0) + (end - start) / 3600
-        costs["lambda"] = self.lam.cost - self._lambda_cost_at_t0
+        cost0, cold0, throttled0 = self._lambda_at_t0
+        costs["lambda"] = self.lam.cost - cost0
         first = int(np.searchsorted(self.arrivals, self.t0, "left"))
         where = self.engine.where[first:]
         extras: Extra = {
-            "lambda_cold_starts": self.lam.cold_starts,
-            "lambda_throttled": self.lam.throttled,
+            "lambda_cold_starts": self.lam.cold_starts - cold0,
+            "lambda_throttled": self.lam.throttled - throttled0,
             "interruptions": self.interruptions,
             "declined": int(np.count_nonzero(where == DECLINED)),
             **(extra or {}),

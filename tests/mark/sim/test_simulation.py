@@ -90,6 +90,26 @@ async def test_spilled_requests_are_priced_as_lambda_gb_seconds() -> None:
     assert r.within_slo == pytest.approx(0.97)
 
 
+async def test_lambda_counts_leave_out_the_warm_up() -> None:
+    """As in the test above, every request spills, but the first 50 of 100 arrive in the
+    warm-up: its three cold starts warm the environments the window's requests reuse. The
+    window reports what happened in it: 50 spilled, no cold start, and 50 requests' bill."""
+    seconds, warmup = 50, 50
+    w = _workload(np.ones(seconds), seconds)
+    cfg = SimConfig(warmup_s=warmup, boot_s=3600)
+    arrivals = w.t0 - warmup + np.arange(seconds + warmup, dtype=float)
+    r = await Simulation(w, _model(), POLICIES["mark"], cfg, arrivals=arrivals).run()
+    prices = load_catalog().lambda_prices
+    gb_s = 0.4 * 3072 / 1024
+    assert r.spilled == seconds
+    assert r.extra["lambda_cold_starts"] == 0
+    assert r.extra["lambda_throttled"] == 0
+    assert r.costs["lambda"] == pytest.approx(
+        seconds * (gb_s * prices.per_gb_second_x86 + prices.per_request)
+    )
+    assert r.within_slo == 1.0
+
+
 @pytest.mark.parametrize(("period", "kept"), [(None, 86_400.0), (3600.0, 3600.0)])
 def test_the_simulated_bouncer_keeps_the_slo_over_its_period(
     period: float | None, kept: float
