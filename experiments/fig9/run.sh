@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fig. 9 analogue. (a)-(c): LSTM-ptb at a steady 100 r/s rises by 50/75/100 % within 2 minutes
 # at minute 30 and holds 10 minutes; nothing forecasts it (the history is flat).
-# (d): a 20-instance spot fleet (LSTM-ptb at 600 r/s on c5.xlarge spot) gets interruption
+# (d): the spot fleet mark-spot buys for LSTM-ptb at 600 r/s (13 c5.xlarge) gets interruption
 # notices for 20/40/80 % of it at minute 7. Run from the repository root.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
