@@ -22,6 +22,7 @@ estimates what whole instances would add.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -45,17 +46,23 @@ def offerings(model_name: str, market: str) -> list[tuple[str, float, float]]:
     ]
 
 
+GRID = 100  # capacities add up in hundredths of a request
+
+
 def whole_costs(
     counts: NDArray[np.int64], offers: list[tuple[str, float, float]]
 ) -> NDArray[np.float64]:
-    """The cheapest whole cover of k requests in one slot, for every k up to the most."""
+    """The cheapest whole cover of k requests in one slot, for every k up to the most.
+    Capacities add up as they are, counted in hundredths of a request (before
+    2026-11-28 each instance's was rounded down to whole requests, which made every
+    cover dearer: 15 c5.large covered 15·4 requests of a 1 s slot, not 70.95)."""
     top = int(counts.max()) + 1
-    best = np.full(top + 1, np.inf)
+    best = np.full(top * GRID + 1, np.inf)
     best[0] = 0.0
-    for k in range(1, top + 1):
-        for _, cap, price in offers:
-            best[k] = min(best[k], best[max(0, int(np.ceil(k - cap - 1e-9)))] + price)
-    return np.minimum.accumulate(best[::-1])[::-1]  # at least k: never dearer for fewer
+    steps = [(max(1, math.ceil(cap * GRID - 1e-9)), price) for _, cap, price in offers]
+    for u in range(1, top * GRID + 1):
+        best[u] = min(best[max(0, u - step)] + price for step, price in steps)
+    return np.minimum.accumulate(best[::-1])[::-1][::GRID]
 
 
 def with_budget(

@@ -2,7 +2,7 @@
 
 Every policy sees the very same request arrival times (one seeded draw) and,
 where it forecasts, the same forecaster trained once on the history before
-the simulated window, in numerics that repeat on any x86-64 CPU
+the simulated window, in numerics that do not depend on the CPU's vector width
 (``mark.sim.pinned_fit``). Training is cached on disk by what it was trained on,
 so a second comparison on the same trace starts at once.
 
@@ -49,7 +49,7 @@ def train_forecaster(
     spec: str, workload: Workload, warmup_s: float, cache_dir: Path | None
 ) -> Forecaster:
     """Fit ``spec`` (a predictor registry name) on the workload's history, cached by content,
-    with numerics that give the same model on any x86-64 CPU (``mark.sim.pinned_fit``)."""
+    with numerics that do not depend on the CPU's vector width (``mark.sim.pinned_fit``)."""
     from predictor.base import ForecasterError
     from predictor.registry import create, load
 

@@ -1,4 +1,4 @@
-"""Fit a simulation's forecaster the same way on any x86-64 CPU.
+"""Fit a simulation's forecaster the same way whatever vector width the CPU offers.
 
 Why: the forecaster is fitted once per window and steers every plan after it, and a
 seeded fit still came out different on different machines (Inception-v3 on Twitter
@@ -21,7 +21,12 @@ parent's own numerics (the simulator's, the daemon's serving) are left alone. Me
 on one AVX-512 machine by emulating an AVX2 one (``ATEN_CPU_CAPABILITY=avx2``,
 ``MKL_ENABLE_INSTRUCTIONS=AVX2``, numpy's AVX-512 off): the fitted weights differ
 without these settings and are identical with them (``experiments/table5/README.md``).
-Other architectures (ARM) get their own, equally repeatable, numbers.
+Not every difference between machines is a vector width: with these settings a simulation
+driven by the forecaster cost differently on an AMD EPYC than on the previous AVX-512
+machine (the same run with a perfect forecast cost the same to the cent), and no
+emulation on one CPU reproduces that (``experiments/table5/README.md``, 2026-11-28,
+morning). Other
+architectures (ARM) get their own, equally repeatable, numbers.
 
 Run as ``python -m mark.sim.pinned_fit SPEC HISTORY.npz OUT``.
 """
