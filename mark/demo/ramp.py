@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 import numpy as np
 
 if TYPE_CHECKING:  # not at run time: agents import this module for ``digits_x40``
+    from bouncer.latency import BatchLatency
     from mark.config import Settings
     from mark.control import Controller
     from mark.demo.loadgen import Api, LoadResult, ProgressFn
@@ -344,14 +345,16 @@ async def cancelled_on_sigterm(coro: Coroutine[Any, Any, T]) -> T:
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-def calibrated_slowdown(settings: Settings, t1_s: float) -> tuple[float, float]:
+def calibrated_slowdown(settings: Settings, t1_s: float) -> tuple[float, BatchLatency]:
     """The slowdown that makes the first model's emulated T_1 ``t1_s`` on this machine.
 
     The local world emulates an instance type as this machine's time × a
     factor, so a fixed factor buys a different instance on a different (or a
     busier) machine: the same 15 that made a c5.large ~25 r/s on one machine
     made it ~1 r/s on one 4x slower. Measured once, with the estimator the
-    world and the planner use. Returns (slowdown, measured T_1).
+    world and the planner use. Returns (slowdown, the measured profile): the
+    world must emulate that very profile (``local.reference_profile``), not
+    measure its own at start, or the factor applies to another measurement.
     """
     from mark.cloud.local.agents import AgentModel
     from mark.cloud.local.world import measure_profile
@@ -361,8 +364,8 @@ def calibrated_slowdown(settings: Settings, t1_s: float) -> tuple[float, float]:
     model = AgentModel(
         resolve_source(spec, settings.data_dir), tuple(spec.input.shape), spec.input.dtype
     )
-    t1 = measure_profile(model)(1)
-    return max(1.0, t1_s / t1), t1
+    profile = measure_profile(model)
+    return max(1.0, t1_s / profile(1)), profile
 
 
 DIGITS_REPEAT = 40

@@ -70,8 +70,18 @@ async def test_fleet_grows_with_the_ramp_and_retires_after_the_cooldown(
         },
     )
     # The demo's c5.large on any machine: ~25 r/s within the SLO, so the peak needs several.
-    slowdown, _ = calibrated_slowdown(load_settings(overrides=base), C5_LARGE_T1_MS / 1000.0)
-    base = deep_merge(base, {"local": {"slowdown": {"c5.large": slowdown}}})
+    # The world emulates the profile the slowdown was calibrated on, not a second measurement.
+    calibrating = load_settings(overrides=base)
+    slowdown, profile = calibrated_slowdown(calibrating, C5_LARGE_T1_MS / 1000.0)
+    base = deep_merge(
+        base,
+        {
+            "local": {
+                "slowdown": {"c5.large": slowdown},
+                "reference_profile": {calibrating.models[0].name: str(profile)},
+            }
+        },
+    )
     model_file = prepare_forecaster("last", PROFILE, tmp_path, 15)
     settings = load_settings(overrides=deep_merge(base, forecaster_overrides(model_file)))
 
