@@ -32,6 +32,7 @@ from mark.catalog import load_catalog
 from mark.cli.simulate_cmd import build_workload
 from mark.sim.bound import bound_offerings, miss_budget, slot_counts
 from mark.sim.models import paper_model
+from mark.sim.workloads import Workload
 
 SLOT_S = 5.0
 
@@ -89,17 +90,9 @@ def with_budget(
     return dual(0.5 * (lo + hi))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="inception-v3")
-    ap.add_argument("--trace", default="twitter")
-    ap.add_argument("--day", type=float, default=10.0)
-    ap.add_argument("--hours", type=float, default=8.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rate-scale", type=float, default=1.0)
-    ap.add_argument("--market", default="on-demand", choices=("on-demand", "spot"))
-    ap.add_argument("--warmup-s", type=float, default=900.0, help="as mark simulate's")
-    args = ap.parse_args()
+def window_arrivals(args: argparse.Namespace) -> tuple[Workload, NDArray[np.float64]]:
+    """The workload ``args`` name (--trace, --hours, --day, --rate-scale, --seed) and the
+    arrivals `mark simulate` draws for it: from its warm-up (--warmup-s) on, same seed."""
     wl = build_workload(
         args.trace,
         hours=args.hours,
@@ -111,8 +104,26 @@ def main() -> None:
         base_rps=100.0,
         seed=args.seed,
     )
-    # The arrivals `mark simulate` draws (from the warm-up on, same seed), in the window.
-    drawn = wl.arrivals(int(wl.start - args.warmup_s), wl.end, args.seed)
+    return wl, wl.arrivals(int(wl.start - args.warmup_s), wl.end, args.seed)
+
+
+def window_parser(description: str) -> argparse.ArgumentParser:
+    """The options that name the window, its arrivals and the market (``window_arrivals``)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--model", default="inception-v3")
+    ap.add_argument("--trace", default="twitter")
+    ap.add_argument("--day", type=float, default=10.0)
+    ap.add_argument("--hours", type=float, default=8.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rate-scale", type=float, default=1.0)
+    ap.add_argument("--market", default="on-demand", choices=("on-demand", "spot"))
+    ap.add_argument("--warmup-s", type=float, default=900.0, help="as mark simulate's")
+    return ap
+
+
+def main() -> None:
+    args = window_parser(__doc__.splitlines()[0]).parse_args()
+    wl, drawn = window_arrivals(args)
     counts = slot_counts(drawn, wl.t0, float(wl.seconds), SLOT_S)
     offers = offerings(args.model, args.market)
     budget = miss_budget(int(counts.sum()), paper_model(args.model).sl_min)

@@ -42,20 +42,16 @@ and the programme charges ``g(E' − 1)`` (``g`` never falls as its argument gro
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 
 import numpy as np
 from numpy.typing import NDArray
+from whole_cover import window_arrivals, window_parser  # this directory: scripts run from it
 
 from mark.catalog import load_catalog
-from mark.cli.simulate_cmd import build_workload
-from mark.sim.bound import bound_offerings, lambda_terms, miss_budget
+from mark.sim.bound import bound_offerings, golden_max, lambda_terms, miss_budget
 from mark.sim.models import paper_model
-
-WARMUP_S = 900.0  # as mark simulate's default: the arrivals are drawn from the warm-up on
-
 
 GRID = 100  # capacity is counted in hundredths of a request, each rounded up (module doc)
 
@@ -94,15 +90,8 @@ def chained(arrivals: NDArray[np.int64], late: NDArray[np.int64], g: NDArray[np.
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="inception-v3")
-    ap.add_argument("--trace", default="twitter")
-    ap.add_argument("--day", type=float, default=10.0)
-    ap.add_argument("--hours", type=float, default=8.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rate-scale", type=float, default=1.0)
+    ap = window_parser(__doc__.splitlines()[0])
     ap.add_argument("--slot-s", type=float, default=1.0, help="δ, at least the model's RT_max")
-    ap.add_argument("--market", default="on-demand", choices=("on-demand", "spot"))
     ap.add_argument("--steps", type=int, default=30, help="golden-section steps over λ")
     ap.add_argument(
         "--fractional",
@@ -114,18 +103,8 @@ def main() -> None:
     rt, delta = model.rt_max_s, args.slot_s
     if delta < rt:
         raise SystemExit(f"--slot-s must be at least RT_max ({rt} s)")
-    wl = build_workload(
-        args.trace,
-        hours=args.hours,
-        start_day=args.day,
-        rate_scale=args.rate_scale,
-        time_scale=1.0,
-        mean_rps=None,
-        surge=0.5,
-        base_rps=100.0,
-        seed=args.seed,
-    )
-    drawn = np.sort(wl.arrivals(int(wl.start - WARMUP_S), wl.end, args.seed))
+    wl, drawn = window_arrivals(args)
+    drawn = np.sort(drawn)
     seconds = float(wl.seconds)
     t = drawn[(drawn >= wl.t0) & (drawn < wl.t0 + seconds)] - wl.t0
     slots = math.ceil(seconds / delta)
@@ -150,22 +129,8 @@ def main() -> None:
         return chained(arrivals, late, slot_floor(cover, min(c_lam, weight))) - weight * budget
 
     started = time.perf_counter()
-    lo, hi = 0.0, 2.0 * max(price for _, price in offers)  # a miss is never worth more
-    g = (math.sqrt(5.0) - 1.0) / 2.0
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = dual(a), dual(b)
-    best = max(fa, fb, dual(0.0))
-    for _ in range(args.steps):
-        if fa < fb:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = dual(b)
-            best = max(best, fb)
-        else:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = dual(a)
-            best = max(best, fa)
+    most = 2.0 * max(price for _, price in offers)  # a miss is never worth more
+    best = golden_max(dual, 0.0, most, args.steps)
     print(
         f"{args.model} on {wl.name}, {args.market}, {int(arrivals.sum()):,} requests, "
         f"slots of {delta:g} s (κ_T {kappa:.4f}): "

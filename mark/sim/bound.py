@@ -749,6 +749,28 @@ SEARCH_STEPS = 48
 """Golden-section steps over λ: the floor is concave in λ; any λ is valid, more only tighten."""
 
 
+def golden_max(f: Callable[[float], float], lo: float, hi: float, steps: int) -> float:
+    """The largest ``f`` seen in a golden-section search of ``[lo, hi]`` (both ends
+    included): for a Lagrange dual, concave in its multiplier, where any point is valid and
+    more steps only come closer to the best."""
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = f(a), f(b)
+    best = max(f(lo), f(hi), fa, fb)
+    for _ in range(steps):
+        if fa < fb:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = f(b)
+            best = max(best, fb)
+        else:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = f(a)
+            best = max(best, fa)
+    return best
+
+
 def presence_floor(
     arrivals: NDArray[np.float64],
     offerings: Sequence[BoundOffering],
@@ -779,22 +801,7 @@ def presence_floor(
 
     # A lone request costs at most 60 s to cover, so past λ = 60 s per request covering every
     # request is cheapest and the floor only falls: the maximum lies in [0, 60].
-    lo, hi = 0.0, EC2_MINIMUM_S
-    g = (math.sqrt(5.0) - 1.0) / 2.0
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = floor_at(a), floor_at(b)
-    best = max(floor_at(lo), floor_at(hi), fa, fb)
-    for _ in range(SEARCH_STEPS):
-        if fa < fb:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = floor_at(b)
-            best = max(best, fb)
-        else:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = floor_at(a)
-            best = max(best, fa)
+    best = golden_max(floor_at, 0.0, EC2_MINIMUM_S, SEARCH_STEPS)
     return max(0.0, best) * price
 
 
