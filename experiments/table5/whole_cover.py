@@ -50,20 +50,26 @@ def offerings(model_name: str, market: str) -> list[tuple[str, float, float]]:
 GRID = 100  # capacities add up in hundredths of a request
 
 
-def whole_costs(
-    counts: NDArray[np.int64], offers: list[tuple[str, float, float]]
-) -> NDArray[np.float64]:
-    """The cheapest whole cover of k requests in one slot, for every k up to the most.
-    Capacities add up as they are, counted in hundredths of a request (before
-    2026-11-28 each instance's was rounded down to whole requests, which made every
-    cover dearer: 15 c5.large covered 15·4 requests of a 1 s slot, not 70.95)."""
-    top = int(counts.max()) + 1
+def cover_table(top: int, offers: list[tuple[float, float]]) -> NDArray[np.float64]:
+    """The cheapest whole cover of k requests' work, k = 0..top, by instances of
+    (capacity, price) ``offers``. Capacities add up as they are, counted in hundredths of
+    a request, each rounded up (a cover never dearer than the exact one: a bound built on
+    it stays one). Before 2026-11-28 each instance's was rounded down to whole requests,
+    which made every cover dearer: 15 c5.large covered 15·4 requests of a 1 s slot, not
+    70.95."""
     best = np.full(top * GRID + 1, np.inf)
     best[0] = 0.0
-    steps = [(max(1, math.ceil(cap * GRID - 1e-9)), price) for _, cap, price in offers]
+    steps = [(max(1, math.ceil(cap * GRID - 1e-9)), price) for cap, price in offers]
     for u in range(1, top * GRID + 1):
         best[u] = min(best[max(0, u - step)] + price for step, price in steps)
     return np.minimum.accumulate(best[::-1])[::-1][::GRID]
+
+
+def whole_costs(
+    counts: NDArray[np.int64], offers: list[tuple[str, float, float]]
+) -> NDArray[np.float64]:
+    """The cheapest whole cover of k requests in one slot, for every k up to the most."""
+    return cover_table(int(counts.max()) + 1, [(cap, price) for _, cap, price in offers])
 
 
 def with_budget(

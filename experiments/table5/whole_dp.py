@@ -47,27 +47,15 @@ import time
 
 import numpy as np
 from numpy.typing import NDArray
-from whole_cover import window_arrivals, window_parser  # this directory: scripts run from it
+from whole_cover import (
+    cover_table,
+    window_arrivals,
+    window_parser,
+)  # this directory: scripts run from it
 
 from mark.catalog import load_catalog
 from mark.sim.bound import bound_offerings, golden_max, lambda_terms, miss_budget
 from mark.sim.models import paper_model
-
-GRID = 100  # capacity is counted in hundredths of a request, each rounded up (module doc)
-
-
-def cover_costs(top: int, offers: list[tuple[float, float]], kappa: float) -> NDArray[np.float64]:
-    """``c*(k)``, k = 0..top: the least ``Σ price·δ/κ_T`` of whole instances whose
-    ``δ·Σ μ`` is at least k; ``offers`` are (work per slot, $ per slot). Capacities add up
-    in hundredths of a request, each instance's rounded up: a cover never costs more than
-    the exact one, so the bound stays one."""
-    units = top * GRID
-    best = np.full(units + 1, np.inf)
-    best[0] = 0.0
-    steps = [(max(1, math.ceil(cap * GRID - 1e-9)), price / kappa) for cap, price in offers]
-    for u in range(1, units + 1):
-        best[u] = min(best[max(0, u - step)] + price for step, price in steps)
-    return np.minimum.accumulate(best[::-1])[::-1][::GRID]
 
 
 def slot_floor(cover: NDArray[np.float64], r: float) -> NDArray[np.float64]:
@@ -120,7 +108,7 @@ def main() -> None:
         unit = min(price / cap for cap, price in offers)
         cover = np.arange(top + 1) * unit / kappa
     else:
-        cover = cover_costs(top, offers, kappa)
+        cover = cover_table(top, [(cap, price / kappa) for cap, price in offers])
     lam = lambda_terms(model, catalog, 3072, 1000)
     c_lam = lam.cost_per_request if lam.latency_s <= rt else math.inf
     budget = miss_budget(int(arrivals.sum()), model.sl_min)
