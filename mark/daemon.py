@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections import Counter
@@ -68,7 +69,7 @@ from mark.serve.auth import (
     read_key_file,
     split_token,
 )
-from mark.serve.dispatcher import Backend, Dispatcher
+from mark.serve.dispatcher import Backend, Dispatcher, Dispatchers
 from mark.serve.endpoint import STATE, Served, build_app
 from mark.serve.intake import Intake, Phase
 from mark.serve.telemetry import Telemetry
@@ -100,6 +101,20 @@ ANSWER_WAIT_S = 5.0
 """After the dispatchers close, how long the handlers get to return what they were told."""
 SHUTDOWN_TIMEOUT_S = 5.0
 """How long aiohttp waits for responses still being written once the listener closes."""
+
+
+def freeze_long_lived() -> None:
+    """Collect once, then keep what is alive now out of every later cyclic collection.
+
+    Why: a full collection scans every tracked object and stops the event loop while it
+    does. The daemon's libraries, models and settings are hundreds of thousands of
+    objects that live as long as the process: measured with the modules a daemon
+    imports (CPython 3.11, AMD EPYC), a full collection took 142 ms over 266 k
+    objects, 0 ms over what a freeze leaves; a request path with RT_max = 100 ms
+    cannot absorb the first. Objects frozen here are still freed by reference count.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def backend_for(
@@ -493,6 +508,10 @@ async def _start_control(run: Running, clock: WallClock) -> bool:
     )
     run.runner.app[STATE].more_metrics = lambda: controller.prometheus() + _store_metrics(store)
     controller.health = run.health.view
+    # A retired instance first gets no new batch and finishes the ones it has.
+    controller.draining = Dispatchers(
+        [s.dispatcher for s in run.models.values() if s.dispatcher is not None]
+    )
     # A restarted daemon plans with the fleet it left behind, never buying it twice.
     adopted = await controller.adopt(clock.now())
     if adopted:
@@ -560,6 +579,7 @@ async def start(settings: Settings) -> Running:
     # Serve (and plan) with the instances that serve now, not with none until a later sync.
     first = await _first_sync(run)
     run.serving_tasks.append(asyncio.create_task(_sync_after(run, first)))
+    freeze_long_lived()  # before the first request, which a full collection would stall
     intake.open()
     _control_tasks(run, clock)
     run.jobs = world.jobs(catalog)
@@ -653,6 +673,7 @@ async def stop(run: Running, hurry: asyncio.Event | None = None) -> None:
     await run.session.close()
     await run.world.close()
     await run.store.close()
+    gc.unfreeze()  # a process that goes on (a test, an embedding) collects them again
 
 
 async def serve(settings: Settings, on_ready: Callable[[Running], None] | None = None) -> None:

@@ -134,6 +134,21 @@ class Fleet(Protocol):
         ...
 
 
+class Draining(Protocol):
+    """Where requests go, told before an instance is terminated (the daemon's dispatchers):
+    the request path stops sending to it and lets its batches in flight finish, so a
+    retirement costs no request a failed batch and a spill."""
+
+    async def retire(self, instance_ids: Sequence[str]) -> None:
+        """No new batch to these instances; return once their batches in flight ended
+        (bounded: a batch has its verdict within one grace or is spilled)."""
+        ...
+
+    def keep(self, instance_ids: Sequence[str]) -> None:
+        """Serve on them again: the cloud refused to terminate them."""
+        ...
+
+
 class Serverless(Protocol):
     async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
         """Run one batch on the spill function, its rows decoded as the model's ``dtype``."""

@@ -59,7 +59,7 @@ from mark.control.step_runner import (
 )
 from mark.control.vanished import end_vanished
 from mark.errors import StoreError
-from mark.ports import Clock, Fleet, InstanceInfo, InterruptionNotice, Store
+from mark.ports import Clock, Draining, Fleet, InstanceInfo, InterruptionNotice, Store
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
 from provisioner.backup_step import backup_topup, backups_sized, load_wanted, slo_step
@@ -178,6 +178,15 @@ class Controller:
     @forecast.setter
     def forecast(self, value: Forecaster) -> None:
         self._parts.history.fallback = value
+
+    @property
+    def draining(self) -> Draining | None:
+        """Told before each termination: the daemon's dispatchers (``Draining``)."""
+        return self._parts.reconciler.draining
+
+    @draining.setter
+    def draining(self, value: Draining | None) -> None:
+        self._parts.reconciler.draining = value
 
     def price(self, instance_type: str, market: str) -> float:
         return self._parts.recorder.price(instance_type, market)

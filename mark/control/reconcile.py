@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 
 from mark.catalog import Market
 from mark.errors import CloudError, InsufficientCapacity
-from mark.ports import Fleet, InstanceInfo, InstanceRole, InstanceState, LaunchRequest
+from mark.ports import (
+    Draining,
+    Fleet,
+    InstanceInfo,
+    InstanceRole,
+    InstanceState,
+    LaunchRequest,
+)
 from provisioner.control_state import Launch, Note
 
 LIVE = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY})
@@ -68,6 +75,9 @@ class Reconciler:
     fleet: Fleet
     step_s: float
     unavailable_ttl_s: float = 180.0
+    draining: Draining | None = None
+    """Told before each termination (the daemon's dispatchers); None in the simulator,
+    whose requests finish on the instance they were sent to."""
 
     def step_index(self, now: float) -> int:
         return math.floor(now / self.step_s)
@@ -116,10 +126,15 @@ class Reconciler:
         return out
 
     async def terminate(self, ids: Sequence[str]) -> str | None:
-        """Terminate; the error text if the cloud refused."""
+        """Drain, then terminate; the error text if the cloud refused (the instances
+        then serve again)."""
+        if self.draining is not None:
+            await self.draining.retire(ids)
         try:
             await self.fleet.terminate(list(ids))
         except CloudError as exc:
+            if self.draining is not None:
+                self.draining.keep(ids)
             return str(exc)
         return None
 

@@ -22,6 +22,9 @@ request waits on an instance that cannot answer. With grace = max(RT_max,
 - an instance that leaves ``set_backends`` (drained: its process died, it
   fails its liveness probe) has its batches cancelled, and what they still owe
   spills at once;
+- an instance the controller is about to terminate is ``retire``d first: it
+  gets no new batch, and the controller waits (at most two graces) for the
+  batches already on it to end, so a retirement costs no request a spill;
 - a batch is hung when it has no verdict ``grace`` after it was sent, or no
   result ``grace`` after the verdict's ``finish`` (taken no earlier than the
   verdict's arrival and no later than the batch's last admitted deadline, so a
@@ -227,6 +230,7 @@ class Dispatcher:
         )
         self.backends: dict[str, Backend] = {}
         self._flights: dict[str, set[_Flight]] = {}  # by instance id
+        self._retiring: set[str] = set()  # backends sent nothing new: about to terminate
         self._queue: asyncio.Queue[_Request] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -287,9 +291,24 @@ class Dispatcher:
                 b.allowance_s = old.allowance_s
             fresh[b.instance_id] = b
         self.backends = fresh
+        self._retiring &= fresh.keys()
         for iid in [i for i in self._flights if i not in fresh]:
             for flight in list(self._flights.get(iid, ())):
                 self._end_flight(flight, "its instance left the backends", cause="drain")
+
+    async def retire(self, instance_ids: Sequence[str]) -> None:
+        """Send these instances no new batch, and return once the batches already on
+        them have ended (each has its verdict and its result within a grace of each, or
+        is spilled), at most two graces: the controller terminates them next."""
+        mine = {i for i in instance_ids if i in self.backends}
+        self._retiring |= mine
+        tasks = [f.task for i in mine for f in self._flights.get(i, ()) if f.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=2 * self.grace_s)
+
+    def keep(self, instance_ids: Sequence[str]) -> None:
+        """Serve on these instances again: their termination was refused."""
+        self._retiring -= set(instance_ids)
 
     @property
     def can_serve(self) -> bool:
@@ -363,10 +382,14 @@ class Dispatcher:
 
     # -- batching --------------------------------------------------------
 
+    def _usable(self, b: Backend, now: float) -> bool:
+        """Not penalised now, and not about to be terminated."""
+        return b.penalised_until <= now and b.instance_id not in self._retiring
+
     def _pick(self) -> Backend | None:
-        """``bouncer.routing.pick`` among the instances not penalised now."""
+        """``bouncer.routing.pick`` among the instances usable now."""
         now = self.clock()
-        return pick(now, [b for b in self.backends.values() if b.penalised_until <= now])
+        return pick(now, [b for b in self.backends.values() if self._usable(b, now)])
 
     async def _batcher(self) -> None:
         while True:
@@ -399,10 +422,11 @@ class Dispatcher:
                 except TimeoutError:
                     break
             self._forming = []
-            # The instance may have left, been replaced or penalised while the batch filled.
+            # The instance may have left, been replaced, penalised or retired while the
+            # batch filled.
             now = self.clock()
             current = self.backends.get(backend.instance_id)
-            backend = current if current and current.penalised_until <= now else self._pick()
+            backend = current if current and self._usable(current, now) else self._pick()
             if backend is None:
                 self._spill(batch, "no-backend")
                 continue
@@ -594,3 +618,18 @@ class Dispatcher:
     def _fail(self, reqs: Sequence[_Request], error: str) -> None:
         for r in reqs:
             self._finish(r, None, error, "lambda")
+
+
+@dataclass(frozen=True)
+class Dispatchers:
+    """``mark.ports.Draining`` over every model's dispatcher: an instance serves one
+    model, so the others have nothing of it to drain."""
+
+    each: Sequence[Dispatcher]
+
+    async def retire(self, instance_ids: Sequence[str]) -> None:
+        await asyncio.gather(*(d.retire(instance_ids) for d in self.each))
+
+    def keep(self, instance_ids: Sequence[str]) -> None:
+        for d in self.each:
+            d.keep(instance_ids)

@@ -167,6 +167,12 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
             boot_s=run.controller.boot_s,
         )
         assert run.controller.options["digits"] == expected_options
+        # A retirement drains the request path first (``mark.ports.Draining``).
+        from mark.serve.dispatcher import Dispatchers
+
+        draining = run.controller.draining
+        assert isinstance(draining, Dispatchers)
+        assert list(draining.each) == [run.models["digits"].dispatcher]
         (spot,) = await fleet.launch(LaunchRequest("digits", "c5.large", Market.SPOT))
         (standby,) = await fleet.launch(
             LaunchRequest("digits", "t3.large", Market.ON_DEMAND, 1, InstanceRole.STANDBY)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +32,22 @@ def test_max_rate_per_minute_takes_each_minutes_peak_window() -> None:
     ws = [ArrivalWindow("m", T0 + 5 * k, 5.0, k) for k in range(24)]  # two minutes
     got = max_rate_per_minute(ws, T0, 3)
     assert got[:2] == [11 / 5, 23 / 5] and math.isnan(got[2])  # no window: missing, not 0
+
+
+class _Draining:
+    """``mark.ports.Draining`` that records what it was told, and the fleet's states then."""
+
+    def __init__(self, fleet: SimFleet) -> None:
+        self.fleet = fleet
+        self.retired: list[tuple[list[str], set[InstanceState]]] = []
+        self.kept: list[list[str]] = []
+
+    async def retire(self, instance_ids: Sequence[str]) -> None:
+        states = {i.state for i in await self.fleet.list() if i.instance_id in instance_ids}
+        self.retired.append((sorted(instance_ids), states))
+
+    def keep(self, instance_ids: Sequence[str]) -> None:
+        self.kept.append(sorted(instance_ids))
 
 
 async def test_controller_launches_ahead_of_load_and_retires_after_cooldown(
@@ -88,8 +105,13 @@ async def test_controller_launches_ahead_of_load_and_retires_after_cooldown(
         assert res3.retired == [] and res3.forecast[0] == 0.0
         assert all("cool-down" in why for _, why in res3.held) and res3.held
         clock.advance(5000 - 3600)
+        drained = _Draining(fleet)
+        ctl.draining = drained
         (res4,) = await ctl.step(clock.now())
         assert sorted(res4.retired) == sorted(i.instance_id for i in res.launched)
+        # The request path was told first, while every one of them still ran.
+        assert drained.retired == [(sorted(res4.retired), {InstanceState.RUNNING})]
+        assert drained.kept == []
         assert all(i.state is InstanceState.TERMINATED for i in fleet._instances.values())
         # The store saw every instance come and go, and the ledger priced each run.
         recs = await store.instances(model=spec.name)

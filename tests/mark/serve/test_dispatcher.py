@@ -366,3 +366,41 @@ async def test_what_a_real_bouncer_rejects_is_declined_within_the_budget(
     finally:
         await d.close()
         await server.close()
+
+
+async def test_a_retired_instance_finishes_its_batch_and_gets_no_new_one(
+    model_path: Path, session: aiohttp.ClientSession
+) -> None:
+    """``retire`` (the controller's, before it terminates): the batch on the instance is
+    answered by it, ``retire`` returns only then, and what comes after goes elsewhere,
+    also across a backend sync that still lists the instance; ``keep`` undoes it."""
+    agent, server = await _agent(model_path, 0.05, slowdown=6.0)  # 0.3 s a batch
+    lam = InProcessServerless(ModelRunner(str(model_path)))
+    d = _dispatcher(session, lam)
+    d.set_backends([_backend(server, agent)])
+    offered = asyncio.Event()
+    offer = agent.offer
+
+    def offer_seen(deadlines: list[float]) -> Any:
+        offered.set()
+        return offer(deadlines)
+
+    agent.offer = offer_seen  # type: ignore[method-assign]
+    try:
+        first = asyncio.create_task(d.submit(_rows(1, seed=1)))
+        await offered.wait()  # the batch is on the instance
+        assert not first.done()
+        await d.retire(["i-1"])
+        assert first.done()  # retire waited for the batch in flight
+        (o,) = first.result()
+        assert o.ok and o.served_by == "i-1"
+        d.set_backends([_backend(server, agent)])  # an agent sync between retire and terminate
+        (after,) = await d.submit(_rows(1, seed=2))
+        assert after.ok and after.spilled  # the instance is still up, but is sent nothing
+        assert agent.stats.batches == 1
+        d.keep(["i-1"])  # the cloud refused to terminate it
+        (again,) = await d.submit(_rows(1, seed=3))
+        assert again.ok and again.served_by == "i-1"
+    finally:
+        await d.close()
+        await server.close()

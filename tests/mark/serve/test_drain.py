@@ -11,6 +11,7 @@ Times are asserted as upper bounds with generous slack, never tightly.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import socket
@@ -513,10 +514,15 @@ async def test_without_agents_the_api_is_ready_as_it_starts(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     world = FakeWorld(GatedLambda())  # a world without agents: spill serving
+    gc.unfreeze()
     async with _daemon(monkeypatch, world, _settings(tmp_path)) as run:
         assert run.intake.phase is Phase.OPEN
+        # What lives as long as the daemon is kept out of cyclic collections, from
+        # before the first request (``daemon.freeze_long_lived``) to the stop.
+        assert gc.get_freeze_count() > 0
         async with _client(run) as client:
             assert (await _status(client, "/v2/health/ready"))[0] == 200
+    assert gc.get_freeze_count() == 0
 
 
 # -- the dispatcher's close ----------------------------------------------------------------
