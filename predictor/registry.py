@@ -7,7 +7,10 @@ choosing "last" does not pay for importing torch. Anything else of the form
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,23 @@ def resolve(spec: str) -> type[Forecaster]:
     if not (isinstance(obj, type) and issubclass(obj, Forecaster)):
         raise ForecasterError(f"{target!r} is not a predictor.base.Forecaster subclass")
     return obj
+
+
+def code_digest(spec: str) -> str:
+    """A digest of the code that fits ``spec``: this package's sources and those of every
+    class in the model's lineage. A cache of fitted models keyed by it is refitted after
+    any change to that code, which its parameters alone would not show (the training
+    loop, a feature, the numerics)."""
+    files = set(Path(__file__).parent.glob("*.py"))
+    for cls in inspect.getmro(resolve(spec)):
+        with contextlib.suppress(TypeError, OSError):  # a built-in has no source file
+            source = inspect.getsourcefile(cls)
+            if source is not None:
+                files.add(Path(source))
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def create(spec: str, **params: Any) -> Forecaster:

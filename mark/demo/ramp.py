@@ -137,7 +137,7 @@ def prepare_forecaster(
 ) -> Path | None:
     """The model file the predictor config should load, or None to keep the configured one."""
     from predictor.base import History
-    from predictor.registry import create
+    from predictor.registry import code_digest, create
 
     if choice == "config":
         return None
@@ -150,7 +150,9 @@ def prepare_forecaster(
                 path
             )
         return path
-    key = hashlib.sha256(f"{profile}|{horizon}|{seed}|v1".encode()).hexdigest()[:12]
+    # The predictor's code in the key: a model fitted by an older version is fitted again.
+    digest = code_digest("lstm")
+    key = hashlib.sha256(f"{profile}|{horizon}|{seed}|{digest}".encode()).hexdigest()[:12]
     path = out / f"lstm-{key}.npz"
     if not path.exists():
         train_lstm(profile, path, horizon, seed)

@@ -51,7 +51,7 @@ def train_forecaster(
     """Fit ``spec`` (a predictor registry name) on the workload's history, cached by content,
     with numerics that do not depend on the CPU's vector width (``mark.sim.pinned_fit``)."""
     from predictor.base import ForecasterError
-    from predictor.registry import create, load
+    from predictor.registry import code_digest, create, load
 
     history = history_of(workload, warmup_s)
     if cache_dir is None:
@@ -60,6 +60,7 @@ def train_forecaster(
     params = json.dumps(create(spec).params(), sort_keys=True)  # a changed model retrains
     key = hashlib.sha256(
         NUMERICS.encode()
+        + code_digest(spec).encode()
         + spec.encode()
         + params.encode()
         + history.values.tobytes()

@@ -62,3 +62,29 @@ def test_without_a_cache_the_model_is_fitted_and_nothing_is_left_behind(
     model = train_forecaster("seasonal", mmpp_workload(hours=1, history_days=1), 900, None)
     assert model.fitted
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_whose_code_changed_is_trained_again_not_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same name and parameters, other code (here one more line): fitted again."""
+    code = tmp_path / "code"
+    code.mkdir()
+    module = code / "cache_models_code.py"
+    module.write_text(textwrap.dedent(USER_MODULE))
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(code), *sys.path]))
+    monkeypatch.setenv("CACHE_TEST_PERIOD", "1440")
+    cache = tmp_path / "cache"
+    spec = "cache_models_code:Seasonal"
+    workload = mmpp_workload(hours=1, history_days=1)
+    try:
+        train_forecaster(spec, workload, 900, cache)
+        train_forecaster(spec, workload, 900, cache)
+        assert len(list(cache.iterdir())) == 1  # unchanged: loaded
+        module.write_text(textwrap.dedent(USER_MODULE) + "\nSMOOTHING = 0.5\n")
+        changed = train_forecaster(spec, workload, 900, cache)
+        assert changed.params() == {"period": 1440}  # the parameters did not change ...
+        assert len(list(cache.iterdir())) == 2  # ... the code did: fitted again
+    finally:
+        sys.modules.pop("cache_models_code", None)
