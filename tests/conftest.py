@@ -11,6 +11,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from tests.processes import live_children
+
 PG_HOST = os.environ.get("MARK_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("MARK_TEST_PG_PORT", "5432"))
 PG_USER = os.environ.get("MARK_TEST_PG_USER", "postgres")
@@ -88,3 +90,9 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> str:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return moto_endpoint
+
+
+@pytest.fixture
+def children_before() -> frozenset[int]:
+    """This process's children alive as the test begins (``tests/processes.py``)."""
+    return frozenset(live_children(os.getpid()))

@@ -21,7 +21,7 @@ from mark.daemon import Running, start, stop
 from mark.demo import ensure_demo_model
 from mark.demo.loadgen import run_load
 from mark.demo.rate_profile import RateProfile
-from tests.e2e.test_local_world import _live_children
+from tests.processes import left_behind
 
 P_U = 5.0
 DEADLINE = 30.0
@@ -96,7 +96,7 @@ async def test_a_killed_agent_is_drained_and_replaced_and_no_request_is_lost(
 
 @pytest.mark.slow
 async def test_a_hung_model_fails_its_probe_is_drained_and_replaced(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, children_before: frozenset[int]
 ) -> None:
     ensure_demo_model(tmp_path)
     monkeypatch.setenv("MARK_DATA_DIR", str(tmp_path))
@@ -131,4 +131,4 @@ async def test_a_hung_model_fails_its_probe_is_drained_and_replaced(
         print(f"drained {drained:.1f} s after the model hung")
     finally:
         await stop(run)
-    assert _live_children(os.getpid()) == [], "the hung agent outlived the daemon"
+    assert left_behind(os.getpid(), children_before) == [], "the hung agent outlived the daemon"

@@ -19,20 +19,7 @@ from mark.daemon import Running, start, stop
 from mark.demo import load_digits_tensors
 from mark.ports import InstanceState, LaunchRequest
 from mark.serve.auth import create_key
-
-
-def _live_children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
-                state, ppid = fields[0], int(fields[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == pid and state != "Z":
-                out.append(int(entry.name))
-    return out
+from tests.processes import left_behind
 
 
 async def admin_key(run: Running) -> str:
@@ -54,7 +41,9 @@ def _spill_everything(settings: Settings) -> Settings:
 
 
 @pytest.mark.slow
-async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: Path) -> None:
+async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(
+    tmp_path: Path, children_before: frozenset[int]
+) -> None:
     settings = load_settings(
         overrides={
             "data_dir": str(tmp_path),
@@ -116,12 +105,12 @@ async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(tmp_path: 
         assert run.world.serverless is not None and run.world.serverless.cold_starts >= 1
     finally:
         await stop(run)
-    assert _live_children(os.getpid()) == []  # no agent or Lambda runtime left behind
+    assert left_behind(os.getpid(), children_before) == []  # no agent or Lambda runtime
 
 
 @pytest.mark.slow
 async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost(
-    tmp_path: Path,
+    tmp_path: Path, children_before: frozenset[int]
 ) -> None:
     import json
     from datetime import UTC, datetime
@@ -247,4 +236,4 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
             assert np.allclose(out, expected[k], atol=1e-4)
     finally:
         await stop(run)
-    assert _live_children(os.getpid()) == []
+    assert left_behind(os.getpid(), children_before) == []

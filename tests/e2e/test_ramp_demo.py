@@ -32,7 +32,7 @@ from mark.demo.ramp import (
 )
 from mark.demo.ramp_report import launch_checks, retire_checks
 from mark.demo.rate_profile import RateProfile
-from tests.e2e.test_local_world import _live_children
+from tests.processes import left_behind, live_children
 
 # Up over 20 s, 15 s at 45 r/s, down by 40 s, then base (the peak placed across a minute
 # boundary, which no longer matters to the loop, only to the per-minute latency roll-ups).
@@ -46,7 +46,7 @@ P_U = 5.0
 
 @pytest.mark.slow
 async def test_fleet_grows_with_the_ramp_and_retires_after_the_cooldown(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, children_before: frozenset[int]
 ) -> None:
     ensure_demo_model(tmp_path)
     monkeypatch.setenv("MARK_DATA_DIR", str(tmp_path))  # where agents and Lambda find it
@@ -123,7 +123,7 @@ async def test_fleet_grows_with_the_ramp_and_retires_after_the_cooldown(
             continue
         assert r.last_wanted_at is not None and r.at - r.last_wanted_at >= COOLDOWN_S
     assert min(r.at for r in retires) > 40.0 + COOLDOWN_S
-    assert _live_children(os.getpid()) == []  # every agent and Lambda runtime stopped
+    assert left_behind(os.getpid(), children_before) == []  # every agent and runtime stopped
 
 
 def test_checks_judge_launches_and_retirements_against_the_load() -> None:
@@ -232,7 +232,7 @@ ARGS = ["--profile", "0:1,600:1", "--out"]
 def _descendants(pid: int) -> set[int]:
     found, todo = set(), [pid]
     while todo:
-        kids = _live_children(todo.pop())
+        kids = live_children(todo.pop())
         found.update(kids)
         todo += kids
     return found

@@ -81,7 +81,8 @@ from mark.ports import InstanceInfo, InstanceRole, InstanceState
 from mark.serve.dispatcher import Dispatcher
 from mark.state import open_store
 from mark.state.records import Decision
-from tests.e2e.test_local_world import _live_children, admin_key
+from tests.e2e.test_local_world import admin_key
+from tests.processes import left_behind, live_children
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "digits"
@@ -394,7 +395,7 @@ def since(outcomes: Iterable[Mapping[str, Any]], t0: float, rt_max_ms: float) ->
 
 
 def orphans(
-    moto: Mapping[str, str], store: Mapping[str, str], children: Iterable[int]
+    moto: Mapping[str, str], store: Mapping[str, str], children: Iterable[int | str]
 ) -> list[str]:
     """What runs after ``stop`` that nothing claims: instances pending or running in moto
     that the store records as anything but live (or not at all), and live child processes."""
@@ -403,7 +404,7 @@ def orphans(
         recorded = store.get(iid, "unrecorded")
         if state in ("pending", "running") and recorded not in LIVE_STATES:
             out.append(f"{iid} {state} in moto, {recorded} in the store")
-    return out + [f"process {pid} alive after stop" for pid in children]
+    return out + [f"process {child} alive after stop" for child in children]
 
 
 def moto_instances(region: str, cluster: str) -> dict[str, str]:
@@ -456,6 +457,7 @@ async def run_scenario(
     before the client starts (e.g. to pin the fleet by hand); ``check=False`` leaves the
     checks to the caller (a benchmark prints its row instead)."""
     began = time.monotonic()
+    before = frozenset(live_children(os.getpid()))  # not this scenario's (tests/processes.py)
     ensure_demo_model(settings.data_dir)
     out = settings.data_dir / "outcomes.json"
     served: asyncio.Task[None] | None = None
@@ -523,7 +525,7 @@ async def run_scenario(
             await stop(run)
         else:
             await _stopped(run, served)
-    children = _live_children(os.getpid())
+    children = left_behind(os.getpid(), before)
     results = json.loads(out.read_text())
     expected = await _expected_outputs(source, results["bodies"])
     rt_max_ms = settings.models[0].slo.rt_max_ms
