@@ -13,6 +13,15 @@ import pytest
 
 from tests.processes import live_children
 
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``pytest -n`` (scripts/test.sh), the slow tests first, so the workers start
+    the long wall-clock runs at once and fill the time beside them with the short ones,
+    rather than finishing on one long test. One process keeps the files' order."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # xdist's workers collect: they set the order
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 PG_HOST = os.environ.get("MARK_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("MARK_TEST_PG_PORT", "5432"))
 PG_USER = os.environ.get("MARK_TEST_PG_USER", "postgres")

@@ -134,6 +134,7 @@ def _close(real: float, sim: float) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # its latencies are compared with the simulator's: no other test beside it
 async def test_the_simulator_serves_a_seeded_ramp_as_the_local_world_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -227,6 +227,10 @@ async def test_profile_type_times_out_with_a_clear_error_and_terminates(stack: S
         await store.close()
 
 
+# Beside other tests (pytest -n 3) its Ctrl-C went unheeded until --timeout, 2 runs of 2;
+# alone, and alone beside four CPU-bound processes, it passes. Not yet understood: it runs
+# alone (scripts/test.sh) until it is.
+@pytest.mark.alone
 async def test_profile_type_ctrl_c_terminates_the_instance(stack: Stack) -> None:
     proc = await _start("-c", str(stack.config), "profile", "--type", "c5.large")
     deadline = time.monotonic() + 60
