@@ -36,8 +36,8 @@ What is counted (``Tally``), over the requests the client planned:
   ``draining``) or not at all, that is instances left running that no model,
   plan or pool of the daemon claims (the local world does not terminate its
   fleet on stop, by design: a restart adopts it; those it records as live are
-  claimed); plus (b) agent or Lambda runtime processes still alive after
-  ``stop`` (a local instance is its agent process);
+  claimed); plus (b) agent or Lambda runtime processes the scenario started still
+  alive after ``stop`` (a local instance is its agent process; ``tests/processes.py``);
 - **within RT_max**: answered 200 within the model's RT_max, as a share of sent
   (reported, not asserted).
 
