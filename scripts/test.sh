@@ -34,13 +34,13 @@ fi
 
 # The whole suite, in two runs. Most of its time is a few dozen tests that keep a daemon,
 # agents and a load generator on the wall clock and leave the CPU mostly idle, so three
-# workers (pytest-xdist) run them side by side with the rest, the slow ones first
-# (tests/conftest.py): about 15 minutes of pytest where one process took 36 (2026-11-29,
-# 2 cores). The tests marked `alone` judge timing
+# workers (pytest-xdist) run them side by side with the rest: the slow ones first
+# (tests/conftest.py), handed out two at a time (--maxschedchunk 2; in larger chunks one
+# worker got them all and ran them one after another). The tests marked `alone` judge timing
 # that a busy machine would change (latency against the simulator's) and run after, by
 # themselves. Both runs must pass and each must find tests.
 set +e
-.venv/bin/pytest -n "${MARK_TEST_WORKERS:-3}" --dist load -m "not alone"
+.venv/bin/pytest -n "${MARK_TEST_WORKERS:-3}" --dist load --maxschedchunk 2 -m "not alone"
 rc_side=$?
 .venv/bin/pytest -m alone
 rc_alone=$?
