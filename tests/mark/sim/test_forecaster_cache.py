@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,30 +27,38 @@ class Seasonal(SeasonalNaive):
 """
 
 
-def test_a_model_with_other_parameters_is_trained_again_not_loaded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """``USER_MODULE`` as ``cache_models.py``, importable here and in the fitting child."""
     code = tmp_path / "code"
     code.mkdir()
-    (code / "cache_models.py").write_text(textwrap.dedent(USER_MODULE))
+    module = code / "cache_models.py"
+    module.write_text(textwrap.dedent(USER_MODULE))
     monkeypatch.syspath_prepend(str(code))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(code), *sys.path]))
     monkeypatch.setenv("CACHE_TEST_PERIOD", "1440")
+    yield module
+    sys.modules.pop("cache_models", None)
+
+
+SPEC = "cache_models:Seasonal"
+
+
+@pytest.mark.usefixtures("user_module")
+def test_a_model_with_other_parameters_is_trained_again_not_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cache = tmp_path / "cache"
-    spec = "cache_models:Seasonal"
     workload = mmpp_workload(hours=1, history_days=1)
-    try:
-        first = train_forecaster(spec, workload, 900, cache)
-        assert len(list(cache.iterdir())) == 1
-        again = train_forecaster(spec, workload, 900, cache)
-        assert len(list(cache.iterdir())) == 1  # the same model: loaded from the cache
-        assert again.params() == first.params() == {"period": 1440}
-        monkeypatch.setenv("CACHE_TEST_PERIOD", "60")
-        changed = train_forecaster(spec, workload, 900, cache)
-        assert changed.params() == {"period": 60}  # not yesterday's model from the cache
-        assert len(list(cache.iterdir())) == 2
-    finally:
-        sys.modules.pop("cache_models", None)
+    first = train_forecaster(SPEC, workload, 900, cache)
+    assert len(list(cache.iterdir())) == 1
+    again = train_forecaster(SPEC, workload, 900, cache)
+    assert len(list(cache.iterdir())) == 1  # the same model: loaded from the cache
+    assert again.params() == first.params() == {"period": 1440}
+    monkeypatch.setenv("CACHE_TEST_PERIOD", "60")
+    changed = train_forecaster(SPEC, workload, 900, cache)
+    assert changed.params() == {"period": 60}  # not yesterday's model from the cache
+    assert len(list(cache.iterdir())) == 2
 
 
 def test_without_a_cache_the_model_is_fitted_and_nothing_is_left_behind(
@@ -65,26 +74,15 @@ def test_without_a_cache_the_model_is_fitted_and_nothing_is_left_behind(
 
 
 def test_a_model_whose_code_changed_is_trained_again_not_loaded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, user_module: Path
 ) -> None:
     """The same name and parameters, other code (here one more line): fitted again."""
-    code = tmp_path / "code"
-    code.mkdir()
-    module = code / "cache_models_code.py"
-    module.write_text(textwrap.dedent(USER_MODULE))
-    monkeypatch.syspath_prepend(str(code))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(code), *sys.path]))
-    monkeypatch.setenv("CACHE_TEST_PERIOD", "1440")
     cache = tmp_path / "cache"
-    spec = "cache_models_code:Seasonal"
     workload = mmpp_workload(hours=1, history_days=1)
-    try:
-        train_forecaster(spec, workload, 900, cache)
-        train_forecaster(spec, workload, 900, cache)
-        assert len(list(cache.iterdir())) == 1  # unchanged: loaded
-        module.write_text(textwrap.dedent(USER_MODULE) + "\nSMOOTHING = 0.5\n")
-        changed = train_forecaster(spec, workload, 900, cache)
-        assert changed.params() == {"period": 1440}  # the parameters did not change ...
-        assert len(list(cache.iterdir())) == 2  # ... the code did: fitted again
-    finally:
-        sys.modules.pop("cache_models_code", None)
+    train_forecaster(SPEC, workload, 900, cache)
+    train_forecaster(SPEC, workload, 900, cache)
+    assert len(list(cache.iterdir())) == 1  # unchanged: loaded
+    user_module.write_text(textwrap.dedent(USER_MODULE) + "\nSMOOTHING = 0.5\n")
+    changed = train_forecaster(SPEC, workload, 900, cache)
+    assert changed.params() == {"period": 1440}  # the parameters did not change ...
+    assert len(list(cache.iterdir())) == 2  # ... the code did: fitted again
