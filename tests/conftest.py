@@ -13,6 +13,8 @@ import pytest
 
 from tests.processes import live_children
 
+pytest_plugins = ["tests.faults.session_table"]  # the fault scenarios' table, under -n too
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``pytest -n`` (scripts/test.sh), the slow tests first, so the workers start

@@ -1,13 +1,16 @@
-"""The fault suite's table: every scenario's row, printed once at the end of the session
+"""The fault scenarios' fixtures, and each scenario's row put on its test's report, from
+which ``tests/faults/session_table.py`` prints the table at the end of the session
 (``pytest tests/faults -s`` also shows each row as its scenario ends)."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import ROWS, table
+from tests.faults.harness import take_recorded
+from tests.faults.session_table import PROPERTY
 
 
 @pytest.fixture
@@ -17,7 +20,11 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if ROWS:
-        terminalreporter.write_sep("=", "fault scenarios")
-        terminalreporter.write_line(table(ROWS))
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None]:
+    """The test's rows onto its "call" report, passed or failed: the report's
+    ``user_properties`` reach the controller under ``pytest -n``, a worker's globals do not."""
+    try:
+        return (yield)
+    finally:
+        item.user_properties += [(PROPERTY, t.summary()) for t in take_recorded()]

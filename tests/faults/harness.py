@@ -41,8 +41,8 @@ What is counted (``Tally``), over the requests the client planned:
 - **within RT_max**: answered 200 within the model's RT_max, as a share of sent
   (reported, not asserted).
 
-``ROWS`` collects each scenario's tally; ``tests/faults/conftest.py`` prints
-them as one table at the end of the session.
+``record`` keeps each scenario's tally for its test's report (``tests/faults/conftest.py``);
+``tests/faults/session_table.py`` prints them as one table at the end of the session.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -299,8 +299,44 @@ class Tally:
     def actions(self, action: str) -> list[Decision]:
         return [d for d in self.decisions if d.action == action]
 
+    EVIDENCE = frozenset({"decisions", "outcomes", "store_states"})
+    """Fields ``table`` does not show, too bulky to travel on a test report."""
 
-ROWS: list[Tally] = []
+    def summary(self) -> dict[str, Any]:
+        """What ``table`` shows, in JSON's types: it travels on the test's report, from an
+        xdist worker to the controller that prints the table (``session_table.py``)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.EVIDENCE}
+        return {
+            **out,
+            "reasons": dict(self.reasons),
+            "served_by": dict(self.served_by),
+            "orphan_detail": list(self.orphan_detail),
+            "moto_states": dict(self.moto_states),
+        }
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> Tally:
+        """The ``Tally`` a ``summary`` came from, without its evidence."""
+        reasons, served_by = Counter(summary["reasons"]), Counter(summary["served_by"])
+        return cls(**{**summary, "reasons": reasons, "served_by": served_by})
+
+
+_recorded: list[Tally] = []
+"""Tallies of this process's scenarios not yet on a test report: ``run_scenario`` is not
+given the test's item, so ``tests/faults/conftest.py`` moves them there after each test."""
+
+
+def record(tally: Tally) -> None:
+    """Keep the scenario's row for the session's table, and print it now (seen with ``-s``)."""
+    _recorded.append(tally)
+    print("\n" + table([tally]))
+
+
+def take_recorded() -> list[Tally]:
+    """The tallies recorded since the last call, for the test's report."""
+    taken = list(_recorded)
+    _recorded.clear()
+    return taken
 
 
 def table(rows: Iterable[Tally]) -> str:
@@ -545,8 +581,7 @@ async def run_scenario(
     tally.orphan_detail = orphans(tally.moto_states, tally.store_states, children)
     tally.orphans = len(tally.orphan_detail)
     tally.took_s = time.monotonic() - began
-    ROWS.append(tally)
-    print("\n" + table([tally]))
+    record(tally)
     if check:
         tally.check()
     return tally

@@ -52,13 +52,12 @@ from mark.serve.auth import create_key
 from mark.state import open_store
 from tests.faults.harness import (
     ROOT,
-    ROWS,
     _expected_outputs,
     count,
     orphans,
+    record,
     scenario_settings,
     since,
-    table,
 )
 
 pytestmark = pytest.mark.slow
@@ -279,8 +278,7 @@ async def test_kill_9_of_the_daemon_under_load_and_restart(
     tally.orphans = len(tally.orphan_detail)
     tally.took_s = time.monotonic() - began
     moto.stop()
-    ROWS.append(tally)
-    print("\n" + table([tally]))
+    record(tally)
     tally.check()
 
     # The restart adopted every instance the killed daemon ran, and bought none of them twice.
