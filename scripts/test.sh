@@ -19,16 +19,21 @@ fi
 # The CloudFormation templates: no error, and no warning unless the template says why.
 .venv/bin/cfn-lint infra/*.yaml
 
+# pytest's exit code, except that a run which collected no tests (5) is a failure (1).
+run_pytest() {
+  local rc=0
+  .venv/bin/pytest "$@" || rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "pytest $* collected no tests: that is a failure" >&2
+    rc=1
+  fi
+  return "$rc"
+}
+
 # Extra args: one pytest run with them, as asked.
 if [ "$#" -gt 0 ]; then
-  set +e
-  .venv/bin/pytest "$@"
-  rc=$?
-  set -e
-  if [ "$rc" -eq 5 ]; then
-    echo "pytest collected no tests: that is a failure" >&2
-    exit 1
-  fi
+  rc=0
+  run_pytest "$@" || rc=$?
   exit "$rc"
 fi
 
@@ -39,17 +44,9 @@ fi
 # worker got them all and ran them one after another). The tests marked `alone` judge timing
 # that a busy machine would change (latency against the simulator's) and run after, by
 # themselves. Both runs must pass and each must find tests.
-set +e
-.venv/bin/pytest -n "${MARK_TEST_WORKERS:-3}" --dist load --maxschedchunk 2 -m "not alone"
-rc_side=$?
-.venv/bin/pytest -m alone
-rc_alone=$?
-set -e
-for rc in "$rc_side" "$rc_alone"; do
-  if [ "$rc" -eq 5 ]; then
-    echo "a pytest run collected no tests: that is a failure" >&2
-    exit 1
-  fi
-done
+rc_side=0
+run_pytest -n "${MARK_TEST_WORKERS:-3}" --dist load --maxschedchunk 2 -m "not alone" || rc_side=$?
+rc_alone=0
+run_pytest -m alone || rc_alone=$?
 if [ "$rc_side" -ne 0 ]; then exit "$rc_side"; fi
 exit "$rc_alone"

@@ -2,7 +2,7 @@
 
 Counted against the children alive when the test began (``children_before`` in
 ``tests/conftest.py``): under ``pytest -n`` one worker runs many tests, and what a
-session-wide fixture keeps running is not the test's to answer for.
+earlier test left running is not this test's to answer for.
 """
 
 from __future__ import annotations
