@@ -42,7 +42,7 @@ import gc
 import logging
 import signal
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -260,6 +260,12 @@ async def _every(seconds: float, what: str, fn: Callable[[], Awaitable[None]]) -
             log.exception("%s failed", what)
 
 
+def pool_sizes(instances: Iterable[tuple[str, str]], retiring: Collection[str]) -> Counter[str]:
+    """How many instances of each type a type's batches may go to, from (id, type) pairs:
+    one being retired takes no new batch, so its type's batching is for a pool without it."""
+    return Counter(itype for iid, itype in instances if iid not in retiring)
+
+
 def _measure_pools(latencies: list[BatchLatency], rt_max_s: float, sl_min: float) -> None:
     for latency in latencies:
         pool_batching(latency, rt_max_s, sl_min)  # cached: ``batching_for`` then reads it
@@ -280,7 +286,9 @@ async def _sync_backends(run: Running) -> None:
             for iid, a in agents.agents.items()
             if a.instance.model == name and a.instance.role.value not in MEASURING_ROLES
         ]
-        of_type = Counter(a.instance.instance_type for _, a in mine)
+        of_type = pool_sizes(
+            ((iid, a.instance.instance_type) for iid, a in mine), served.dispatcher.retiring
+        )
         pooled = [a.latency for _, a in mine if of_type[a.instance.instance_type] > 1]
         # A profile's pool batching is measured on the perf model's queue, seconds the
         # first time: off the event loop, so the request path never waits on it.

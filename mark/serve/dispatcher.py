@@ -102,6 +102,11 @@ DECLINABLE_CAUSES = frozenset({"rejected", "no-backend"})
 engine has them (its requests are one row each, as only one-row requests are declined
 here). A request whose instance failed or left is owed its spill."""
 
+RETIRING_KEPT_S = 600.0
+"""How long a retiring instance stays marked once it has left the backends. The terminate
+follows the retire within seconds, so a mark this old is of an instance that is gone (ids
+are never reused): forgetting it only keeps the set from growing."""
+
 SPILL_TIMEOUT_S = 60.0
 """How long one spill invocation may take by default: the spill function's timeout
 (``AwsLambda``'s ``timeout_s``)."""
@@ -230,7 +235,10 @@ class Dispatcher:
         )
         self.backends: dict[str, Backend] = {}
         self._flights: dict[str, set[_Flight]] = {}  # by instance id
-        self._retiring: set[str] = set()  # backends sent nothing new: about to terminate
+        # Instances sent nothing new, about to be terminated: id → when marked. Kept while
+        # a sync drops the instance (its agent missed a probe) and lists it again before
+        # the terminate, and forgotten only ``RETIRING_KEPT_S`` after it left the backends.
+        self._retiring: dict[str, float] = {}
         self._queue: asyncio.Queue[_Request] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -291,7 +299,10 @@ class Dispatcher:
                 b.allowance_s = old.allowance_s
             fresh[b.instance_id] = b
         self.backends = fresh
-        self._retiring &= fresh.keys()
+        now = self.clock()
+        self._retiring = {
+            i: t for i, t in self._retiring.items() if i in fresh or now - t < RETIRING_KEPT_S
+        }
         for iid in [i for i in self._flights if i not in fresh]:
             for flight in list(self._flights.get(iid, ())):
                 self._end_flight(flight, "its instance left the backends", cause="drain")
@@ -300,15 +311,22 @@ class Dispatcher:
         """Send these instances no new batch, and return once the batches already on
         them have ended (each has its verdict and its result within a grace of each, or
         is spilled), at most two graces: the controller terminates them next."""
+        now = self.clock()
+        self._retiring.update((i, now) for i in instance_ids)  # also one a sync dropped
         mine = {i for i in instance_ids if i in self.backends}
-        self._retiring |= mine
         tasks = [f.task for i in mine for f in self._flights.get(i, ()) if f.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=2 * self.grace_s)
 
+    @property
+    def retiring(self) -> frozenset[str]:
+        """The instances sent nothing new: no part of their type's pool."""
+        return frozenset(self._retiring)
+
     def keep(self, instance_ids: Sequence[str]) -> None:
         """Serve on these instances again: their termination was refused."""
-        self._retiring -= set(instance_ids)
+        for i in instance_ids:
+            self._retiring.pop(i, None)
 
     @property
     def can_serve(self) -> bool:

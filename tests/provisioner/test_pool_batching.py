@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bouncer.latency import BatchLatency
-from mark.daemon import backend_for
+from mark.daemon import backend_for, pool_sizes
 from provisioner.batching import PROFILE_BATCHES, serving_batching
 from provisioner.perf_model import InstancePerf, pooled_capacity
 from provisioner.pool_batching import batching_for, candidates, pool_batching
@@ -56,6 +56,14 @@ def test_the_batching_served_follows_the_pool_size() -> None:
     four = backend_for("i-1", "p2.xlarge", "http://a", FLAT, RT, sl_min=SL, pool_size=4)
     assert (one.n_batch, one.w_batch_s) == serving_batching(FLAT, RT)
     assert (four.n_batch, four.w_batch_s) == table[4]
+
+
+def test_an_instance_being_retired_is_no_part_of_its_type_s_pool() -> None:
+    """While the controller drains one of three p2.xlarge before terminating it, the other
+    two batch for a pool of two: the third takes no new batch."""
+    fleet = [("i-1", "p2.xlarge"), ("i-2", "p2.xlarge"), ("i-3", "p2.xlarge"), ("i-4", "c5.large")]
+    assert pool_sizes(fleet, frozenset()) == {"p2.xlarge": 3, "c5.large": 1}
+    assert pool_sizes(fleet, {"i-3", "i-9"}) == {"p2.xlarge": 2, "c5.large": 1}
 
 
 @settings(max_examples=15, deadline=None)

@@ -373,7 +373,8 @@ async def test_a_retired_instance_finishes_its_batch_and_gets_no_new_one(
 ) -> None:
     """``retire`` (the controller's, before it terminates): the batch on the instance is
     answered by it, ``retire`` returns only then, and what comes after goes elsewhere,
-    also across a backend sync that still lists the instance; ``keep`` undoes it."""
+    also across backend syncs that list the instance, or drop it and list it again;
+    ``keep`` undoes it."""
     agent, server = await _agent(model_path, 0.05, slowdown=6.0)  # 0.3 s a batch
     lam = InProcessServerless(ModelRunner(str(model_path)))
     d = _dispatcher(session, lam)
@@ -392,13 +393,19 @@ async def test_a_retired_instance_finishes_its_batch_and_gets_no_new_one(
         assert not first.done()
         await d.retire(["i-1"])
         assert first.done()  # retire waited for the batch in flight
+        assert d.retiring == {"i-1"}
         (o,) = first.result()
         assert o.ok and o.served_by == "i-1"
         d.set_backends([_backend(server, agent)])  # an agent sync between retire and terminate
         (after,) = await d.submit(_rows(1, seed=2))
         assert after.ok and after.spilled  # the instance is still up, but is sent nothing
+        d.set_backends([])  # its agent missed a probe: dropped by one sync...
+        d.set_backends([_backend(server, agent)])  # ...and listed again by the next
+        (relisted,) = await d.submit(_rows(1, seed=4))
+        assert relisted.ok and relisted.spilled  # still retiring
         assert agent.stats.batches == 1
         d.keep(["i-1"])  # the cloud refused to terminate it
+        assert d.retiring == set()
         (again,) = await d.submit(_rows(1, seed=3))
         assert again.ok and again.served_by == "i-1"
     finally:
