@@ -66,7 +66,12 @@ class Decision:
     held: tuple[tuple[str, str], ...]
     """(instance id, why it is not retired yet) for unwanted instances kept."""
     reused: tuple[str, ...]
-    dropped_launches: int
+    dropped: tuple[tuple[OptionKey, int], ...] = ()
+    """(offering, count) the plan wanted launched that the fleet bound left out."""
+
+    @property
+    def dropped_launches(self) -> int:
+        return sum(n for _, n in self.dropped)
 
 
 def apply_guards(
@@ -117,10 +122,11 @@ def apply_guards(
 
     room = None if config.max_fleet is None else config.max_fleet - (len(fleet) - len(retire))
     launch: list[tuple[OptionKey, int]] = []
-    dropped = 0
+    dropped: list[tuple[OptionKey, int]] = []
     for key, count in wanted_launch.items():
         allowed = count if room is None else max(0, min(count, room))
-        dropped += count - allowed
+        if allowed < count:
+            dropped.append((key, count - allowed))
         if room is not None:
             room -= allowed
         if allowed > 0:
@@ -128,4 +134,6 @@ def apply_guards(
 
     gone = set(retire)
     new_state = GuardState({iid: t for iid, t in last.items() if iid not in gone})
-    return Decision(tuple(launch), tuple(retire), tuple(held), tuple(reused), dropped), new_state
+    return Decision(
+        tuple(launch), tuple(retire), tuple(held), tuple(reused), tuple(dropped)
+    ), new_state

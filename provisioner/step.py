@@ -79,6 +79,23 @@ def rail_notes(hits: Sequence[RailHit]) -> list[Note]:
     return [Note("spend-rail", h.explain(), h.key[0], h.key[1], h.wanted - h.allowed) for h in hits]
 
 
+def fleet_bound_notes(dropped: Sequence[tuple[OptionKey, int]], bound: int | None) -> list[Note]:
+    """Each offering the fleet bound kept the plan from launching, as a decision: the load
+    it was bought for spills or is declined instead, and nothing else would say why."""
+    return [
+        Note(
+            "fleet-bound",
+            f"the model's fleet is at offerings.max_instances ({bound}): {n} × {key[0]} "
+            f"({key[1]}) the plan wants not launched; the load they were for spills or is "
+            "declined until the bound is raised",
+            key[0],
+            key[1],
+            n,
+        )
+        for key, n in dropped
+    ]
+
+
 def price_within_rails(
     requests: Sequence[tuple[OptionKey, int, float]], spend: Spend, limits: SpendLimits
 ) -> tuple[dict[OptionKey, int], list[Note]]:
@@ -125,6 +142,7 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         cfg.guard,
         hold=slo_at_risk(control.slo, now),
     )
+    notes += fleet_bound_notes(decision.dropped, cfg.guard.max_fleet)
     allowed, hits = price_within_rails(
         [(key, n, by_key[key].price_per_hour) for key, n in decision.launch],
         snap.spend(gone=frozenset(decision.retire)),

@@ -23,7 +23,7 @@ from provisioner.control_state import Note
 
 log = logging.getLogger("mark.control")
 
-WARN_ACTIONS = frozenset({"spend-rail", "forecast-clipped"})
+WARN_ACTIONS = frozenset({"spend-rail", "forecast-clipped", "fleet-bound"})
 """Decisions that also go to the log as warnings: a user should look at them."""
 LAUNCHES = frozenset({"launch", "backup", "launch-standby", "explore"})
 """Decisions that launched instances (``Reconciler.launch``'s notes), by role."""
@@ -253,10 +253,12 @@ class Recorder:
 
     def prometheus(self) -> str:
         """``/metrics``: every decision; launches and retirements by reason and offering;
-        the billed fleet and its $/h; EC2 $ billed; spend-rail hits, forecast clips."""
+        the billed fleet and its $/h; EC2 $ billed; spend-rail hits, forecast clips, launches
+        the fleet bound left out."""
         names = {
             "spend-rail": "mark_spend_rail_hits_total",
             "forecast-clipped": "mark_forecast_clips_total",
+            "fleet-bound": "mark_fleet_bound_hits_total",
         }
         lines = [
             f'{names[action]}{{model="{model}"}} {n}'

@@ -62,7 +62,7 @@ def test_fleet_cap_drops_launches_and_counts_cooling_instances() -> None:
     decision, _ = apply_guards(raw({"i-0", "i-1"}, c5=3), fleet, GuardState(), 100.0, CFG)
     # i-2 is unwanted but cooling down, so only one slot of four is free.
     assert decision.launch == ((C5, 1),)
-    assert decision.dropped_launches == 2
+    assert decision.dropped == ((C5, 2),) and decision.dropped_launches == 2
 
 
 def test_wraps_a_greedy_plan() -> None:

@@ -82,6 +82,20 @@ def test_forecast_clip_and_spend_rail_are_notes() -> None:
     )
 
 
+def test_launches_the_fleet_bound_leaves_out_are_a_note_per_offering() -> None:
+    """At ``max_instances`` the plan's launches are cut, and the step says which and why."""
+    bounded = replace(CFG, guard=replace(CFG.guard, max_fleet=3))
+    fleet = (inst("a"), inst("b"))
+    s = plan_step(snap(100.0, fleet=fleet), ControlState(), bounded, RT)
+    assert sum(a.count for a in s.launches) == 1  # one slot of three was free
+    (note,) = [n for n in s.notes if n.action == "fleet-bound"]
+    wanted = plan_step(snap(100.0, fleet=fleet), ControlState(), CFG, RT)
+    assert note.count == sum(a.count for a in wanted.launches) - 1
+    assert "offerings.max_instances (3)" in note.reason
+    unbounded = [n for n in wanted.notes if n.action == "fleet-bound"]
+    assert unbounded == []
+
+
 @pytest.mark.parametrize(("failed", "kept"), [(0, ("x",)), (1, ())])
 def test_retire_nothing_when_launches_failed(failed: int, kept: tuple[str, ...]) -> None:
     retire, note = retirements(("x",), failed)
