@@ -33,7 +33,7 @@ from provisioner.slo_monitor import (
     observe_latencies,
     slo_at_risk,
 )
-from provisioner.step import price_within_rails
+from provisioner.step import fleet_bound_notes, price_within_rails
 
 
 def slo_step(
@@ -121,24 +121,31 @@ def backup_launch(
     configured L."""
     count = action.count
     sized = ""
+    bound_notes: list[Note] = []
     option = next((o for o in snap.options if o.key == (action.instance_type, action.market)), None)
     if observed_rps is not None and option is not None:
         carried, n = carried_in_pool(snap, state)
         each = capacity_in_pool(option, max(n, 1))
         room = None if cfg.guard.max_fleet is None else cfg.guard.max_fleet - n
         count = backup_count(observed_rps - carried, each, action.count, room)
+        wanted = backup_count(observed_rps - carried, each, action.count, None)
+        if count < wanted:
+            bound_notes = fleet_bound_notes(
+                [(option.key, wanted - count)], cfg.guard.max_fleet, "the SLO monitor"
+            )
         if count > action.count:
             sized = (
                 f"; the load, {observed_rps:.1f} r/s, exceeds the {carried:.1f} r/s the "
                 f"fleet carries: {count} at {each:.2f} r/s each"
             )
     if count <= 0:
-        return None, []
+        return None, bound_notes
     key = (action.instance_type, action.market)
     allowed, notes = price_within_rails([(key, count, price_per_hour)], snap.spend(), cfg.limits)
+    notes = bound_notes + notes
     count = allowed.get(key, 0)
     if count == 0:  # a top-up refused says nothing the verdict's launch did not
-        return None, notes if action.count > 0 else []
+        return None, notes if action.count > 0 else bound_notes
     if action.count == 0:  # a top-up (``backup_topup``)
         why = "more backups while the last are judged" + sized
     else:

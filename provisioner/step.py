@@ -79,15 +79,17 @@ def rail_notes(hits: Sequence[RailHit]) -> list[Note]:
     return [Note("spend-rail", h.explain(), h.key[0], h.key[1], h.wanted - h.allowed) for h in hits]
 
 
-def fleet_bound_notes(dropped: Sequence[tuple[OptionKey, int]], bound: int | None) -> list[Note]:
-    """Each offering the fleet bound kept the plan from launching, as a decision: the load
-    it was bought for spills or is declined instead, and nothing else would say why."""
+def fleet_bound_notes(
+    dropped: Sequence[tuple[OptionKey, int]], bound: int | None, wanted_by: str = "the plan"
+) -> list[Note]:
+    """Each offering the fleet bound kept from launching, as a decision: the load it was
+    for spills or is declined instead, and nothing else would say why."""
     return [
         Note(
             "fleet-bound",
             f"the model's fleet is at offerings.max_instances ({bound}): {n} × {key[0]} "
-            f"({key[1]}) the plan wants not launched; the load they were for spills or is "
-            "declined until the bound is raised",
+            f"({key[1]}) {wanted_by} wants not launched; the load they were for spills or "
+            "is declined until the bound is raised",
             key[0],
             key[1],
             n,

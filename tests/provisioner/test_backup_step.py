@@ -55,8 +55,12 @@ def test_backups_carry_the_load_measured_above_the_fleet() -> None:
         plain, _ = backup_launch(two, CFG, MON, action, 0.085, state, observed_rps=observed)
         assert plain is not None and plain.count == 1
     bounded = replace(CFG, guard=replace(CFG.guard, max_fleet=4))
-    capped, _ = backup_launch(two, bounded, MON, action, 0.085, state, observed_rps=45.0)
+    capped, notes = backup_launch(two, bounded, MON, action, 0.085, state, observed_rps=45.0)
     assert capped is not None and capped.count == 2
+    (held,) = notes  # the one the bound left out is said
+    assert held.action == "fleet-bound" and held.count == 1
+    _, unbounded = backup_launch(two, CFG, MON, action, 0.085, state, observed_rps=45.0)
+    assert unbounded == []
 
 
 def test_the_load_is_wanted_only_where_spill_is_late_at_a_verdict_or_while_judged() -> None:
