@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -110,9 +111,9 @@ def _table(results: list[PolicyResult], title: str) -> Table:
             f"{c.get('standby', 0):.2f}",
             f"{c.get('lambda', 0):.2f}",
             f"{r.within_slo:.2%}",
-            f"{r.p50_ms:.0f}",
-            f"{r.p95_ms:.0f}",
-            f"{r.p99_ms:.0f}",
+            _ms(r.p50_ms),
+            _ms(r.p95_ms),
+            _ms(r.p99_ms),
             str(r.spilled),
             str(r.extra.get("declined", 0)),
             str(r.failed),
@@ -121,6 +122,21 @@ def _table(results: list[PolicyResult], title: str) -> Table:
             ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.instance_hours.items())),
         )
     return t
+
+
+def _ms(value: float) -> str:
+    """A latency percentile; ∞ where that share of the requests had no answer at all."""
+    return "∞" if math.isinf(value) else f"{value:.0f}"
+
+
+def _unanswered_note(results: list[PolicyResult]) -> list[str]:
+    """What an ∞ in the table means, where there is one."""
+    if not any(math.isinf(v) for r in results for v in (r.p50_ms, r.p95_ms, r.p99_ms)):
+        return []
+    return [
+        "∞ ms: at that percentile requests had no answer (declined by the miss budget, or "
+        "failed), which counts as later than any latency"
+    ]
 
 
 def _ratio_cell(r: PolicyResult) -> str:
@@ -447,7 +463,7 @@ def simulate(
         console.print(_table(results, title))
         for line in _baseline_notes(results):
             console.print(line)
-        for line in _bound_notes(results, sim_model.sl_min):
+        for line in [*_bound_notes(results, sim_model.sl_min), *_unanswered_note(results)]:
             console.print(line)
         for note in sim_model.notes:
             console.print(f"[dim]{note}[/]")

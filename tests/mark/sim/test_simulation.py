@@ -16,6 +16,7 @@ from mark.catalog import load_catalog, load_hosting_prices
 from mark.sim.memstore import MemoryStore
 from mark.sim.models import SimModel, paper_model
 from mark.sim.policies import POLICIES
+from mark.sim.results import PolicyResult
 from mark.sim.run import SimConfig, Simulation
 from mark.sim.workloads import Workload, surge_workload
 from mark.state import open_store
@@ -256,3 +257,39 @@ def test_simulate_cli_rejects_bad_input_in_one_line(args: list[str], message: st
     assert done.returncode == 2
     err = done.stderr
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_table_shows_unanswered_percentiles_as_infinite_and_says_why() -> None:
+    """A run that declined or failed more than 1 % of its requests has no p99 latency: the
+    table shows ∞ and a line under it says what that means; a run that answered all, none."""
+    from rich.console import Console
+
+    from mark.cli.simulate_cmd import _table, _unanswered_note
+    from mark.sim.results import summarise
+
+    def run(latencies: list[float]) -> PolicyResult:
+        return summarise(
+            policy="mark",
+            model="m",
+            workload="w",
+            hours=1.0,
+            rt_max_s=0.5,
+            latencies=np.asarray(latencies),
+            spilled=0,
+            failed=0,
+            costs={"on-demand": 1.0},
+            instance_hours={},
+            timeline=[],
+            load=[],
+            load_t0=0.0,
+            extra={},
+        )
+
+    some_unanswered = run([0.1] * 97 + [np.nan] * 3)
+    all_answered = run([0.1] * 100)
+    console = Console(width=300, record=True)
+    console.print(_table([some_unanswered], "t"))
+    assert "∞" in console.export_text()
+    (note,) = _unanswered_note([some_unanswered, all_answered])
+    assert "no answer" in note
+    assert _unanswered_note([all_answered]) == []
