@@ -121,26 +121,26 @@ def backup_launch(
     configured L."""
     count = action.count
     sized = ""
-    bound_notes: list[Note] = []
-    option = next((o for o in snap.options if o.key == (action.instance_type, action.market)), None)
+    key = (action.instance_type, action.market)
+    option = next((o for o in snap.options if o.key == key), None)
     if observed_rps is not None and option is not None:
         carried, n = carried_in_pool(snap, state)
         each = capacity_in_pool(option, max(n, 1))
-        room = None if cfg.guard.max_fleet is None else cfg.guard.max_fleet - n
-        count = backup_count(observed_rps - carried, each, action.count, room)
-        wanted = backup_count(observed_rps - carried, each, action.count, None)
-        if count < wanted:
-            bound_notes = fleet_bound_notes(
-                [(option.key, wanted - count)], cfg.guard.max_fleet, "the SLO monitor"
-            )
+        count = backup_count(observed_rps - carried, each, action.count)
         if count > action.count:
             sized = (
                 f"; the load, {observed_rps:.1f} r/s, exceeds the {carried:.1f} r/s the "
                 f"fleet carries: {count} at {each:.2f} r/s each"
             )
+    # The fleet bound holds backups as it holds the plan's launches: the user's cap.
+    bound_notes: list[Note] = []
+    bound = cfg.guard.max_fleet
+    room = None if bound is None else max(0, bound - len(counted_members(snap, state)))
+    if room is not None and count > room:
+        bound_notes = fleet_bound_notes([(key, count - room)], bound, "the SLO monitor")
+        count = room
     if count <= 0:
         return None, bound_notes
-    key = (action.instance_type, action.market)
     allowed, notes = price_within_rails([(key, count, price_per_hour)], snap.spend(), cfg.limits)
     notes = bound_notes + notes
     count = allowed.get(key, 0)

@@ -109,10 +109,10 @@ def backup_offering(
     return best.key
 
 
-def backup_count(shortfall_rps: float, backup_rps: float, at_least: int, room: int | None) -> int:
+def backup_count(shortfall_rps: float, backup_rps: float, at_least: int) -> int:
     """How many backups to launch: enough to carry ``shortfall_rps``, the load measured
     above what the fleet carries, at ``backup_rps`` each, and at least ``at_least`` (the
-    configured L; ``room``: what the fleet bound leaves, None: no bound).
+    configured L). The fleet bound is applied after (``backup_step.backup_launch``).
 
     The paper's L is fixed (one c5.large). Where spill answers within RT_max that is
     enough: the shortfall is paid at Lambda's price until the planner's early step buys
@@ -124,8 +124,6 @@ def backup_count(shortfall_rps: float, backup_rps: float, at_least: int, room: i
     need = at_least
     if shortfall_rps > 0 and backup_rps > 0:
         need = max(at_least, math.ceil(shortfall_rps / backup_rps - 1e-9))
-    if room is not None:
-        need = min(need, max(room, at_least))
     return need
 
 

@@ -61,6 +61,13 @@ def test_backups_carry_the_load_measured_above_the_fleet() -> None:
     assert held.action == "fleet-bound" and held.count == 1
     _, unbounded = backup_launch(two, CFG, MON, action, 0.085, state, observed_rps=45.0)
     assert unbounded == []
+    # At the bound even the configured L is held, and said: the bound is the user's cap.
+    full = replace(CFG, guard=replace(CFG.guard, max_fleet=2))
+    for observed in (45.0, None):
+        held_all, notes = backup_launch(two, full, MON, action, 0.085, state, observed)
+        assert held_all is None and [(n.action, n.count) for n in notes] == [
+            ("fleet-bound", 3 if observed else 1)
+        ]
 
 
 def test_the_load_is_wanted_only_where_spill_is_late_at_a_verdict_or_while_judged() -> None:
