@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -51,6 +53,29 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return event_loop.run(coro)
+
+
+async def cancelled_on_sigterm(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro``; SIGTERM cancels it as Ctrl-C does, so its ``finally`` runs: a
+    command that started agents, runtimes or a cloud instance stops or ends them.
+
+    Without this SIGTERM (``kill``, a job's timeout) ends the process at once and
+    leaves them behind: a demo's agents in their own sessions, the instance ``mark
+    profile --type`` launched, billed until someone notices. The caller gets the
+    ``CancelledError`` and ends with ``SIGTERM_EXIT``.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await coro
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+SIGTERM_EXIT = 128 + signal.SIGTERM
+"""The exit code of a command SIGTERM ended (as a shell reports one it killed)."""
 
 
 def is_interactive() -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -107,14 +106,13 @@ def ramp(
     fell. The forecaster is never told the schedule. Takes about 14 minutes
     with the defaults.
     """
-    from mark.cli.context import fail, run_async, state
+    from mark.cli.context import SIGTERM_EXIT, cancelled_on_sigterm, fail, run_async, state
     from mark.config import parse_overrides
     from mark.daemon import start, stop  # torch and the cloud adapters: only when run
     from mark.demo.loadgen import Api, rich_progress
     from mark.demo.ramp import (
         DEFAULT_PROFILE,
         ForecasterChoice,
-        cancelled_on_sigterm,
         forecaster_overrides,
         prepare_forecaster,
         run_ramp,
@@ -195,7 +193,7 @@ def ramp(
             )
     except asyncio.CancelledError:  # SIGTERM: every child is stopped by now
         console.print("terminated; the daemon and its children are stopped", highlight=False)
-        raise typer.Exit(128 + signal.SIGTERM) from None
+        raise typer.Exit(SIGTERM_EXIT) from None
     assert result.load.summary is not None
     for line in result.load.summary.lines():
         console.print(line, highlight=False)

@@ -3,6 +3,7 @@ machine, or (``--type T``, aws world) on one instance of T launched for it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -13,7 +14,15 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
-from mark.cli.context import console, err_console, fail, run_async, state
+from mark.cli.context import (
+    SIGTERM_EXIT,
+    cancelled_on_sigterm,
+    console,
+    err_console,
+    fail,
+    run_async,
+    state,
+)
 from mark.config import ModelSpec, Settings
 
 
@@ -171,20 +180,29 @@ def _on_type(
     if not ok:
         fail(f"{spec.name} cannot use {instance_type}: {why}")
     wait_s = timeout or health_config(settings, settings.aws.boot_s, 0.0).boot_deadline_s
-    with console.status(f"launching one {instance_type} for {spec.name}") as status:
-        got = run_async(
-            measure_on_type(
-                settings,
-                spec,
-                instance_type,
-                catalog,
-                wait_s,
-                lambda text: status.update(text),
-                warn=lambda text: err_console.print(
-                    f"[bold yellow]warning:[/] {escape(text)}", highlight=False
-                ),
+    try:
+        with console.status(f"launching one {instance_type} for {spec.name}") as status:
+            got = run_async(
+                cancelled_on_sigterm(
+                    measure_on_type(
+                        settings,
+                        spec,
+                        instance_type,
+                        catalog,
+                        wait_s,
+                        lambda text: status.update(text),
+                        warn=lambda text: err_console.print(
+                            f"[bold yellow]warning:[/] {escape(text)}", highlight=False
+                        ),
+                    )
+                )
             )
+    except asyncio.CancelledError:  # SIGTERM: the instance was terminated on the way out
+        err_console.print(
+            "terminated (SIGTERM); the instance it launched was terminated first, unless a "
+            "warning above says otherwise"
         )
+        raise typer.Exit(SIGTERM_EXIT) from None
     table = dict(got.latency.points)
     result: dict[str, Any] = {
         "model": spec.name,

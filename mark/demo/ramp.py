@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
@@ -39,7 +38,6 @@ if TYPE_CHECKING:  # not at run time: agents import this module for ``digits_x40
     from mark.world import World
 
 ForecasterChoice = Literal["lstm", "last", "config"]
-T = TypeVar("T")
 R = TypeVar("R", bound="DaemonRun")
 
 DEFAULT_PROFILE = "0:4,60:4,240:60,360:60,480:4,780:4"
@@ -329,22 +327,6 @@ async def run_ramp(
         capacity=capacity,
         boot_s=boot_s,
     )
-
-
-async def cancelled_on_sigterm(coro: Coroutine[Any, Any, T]) -> T:
-    """Await ``coro``; SIGTERM cancels it as Ctrl-C does, so its ``finally`` stops every child.
-
-    Without this SIGTERM kills the process at once and leaves the agents (in
-    their own sessions), the Lambda runtimes and moto's port behind.
-    """
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)
-    try:
-        return await coro
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def calibrated_slowdown(settings: Settings, t1_s: float) -> tuple[float, BatchLatency]:

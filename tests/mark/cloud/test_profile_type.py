@@ -236,7 +236,16 @@ async def test_profile_type_times_out_with_a_clear_error_and_terminates(stack: S
         await store.close()
 
 
-async def test_profile_type_ctrl_c_terminates_the_instance(stack: Stack) -> None:
+@pytest.mark.parametrize(
+    ("sig", "code"),
+    [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)],
+    ids=["ctrl-c", "sigterm"],
+)
+async def test_profile_type_interrupted_terminates_the_instance(
+    stack: Stack, sig: signal.Signals, code: int
+) -> None:
+    """Ctrl-C, or SIGTERM (``kill``, a CI job's timeout), while the agent loads: the
+    instance it launched is terminated before the command ends, never left billing."""
     proc = await _start("-c", str(stack.config), "profile", "--type", "c5.large")
     deadline = time.monotonic() + 60
     while not await _instances(stack):
@@ -244,9 +253,10 @@ async def test_profile_type_ctrl_c_terminates_the_instance(stack: Stack) -> None
         assert proc.returncode is None
         await asyncio.sleep(0.2)
     await asyncio.sleep(1.0)  # waiting for its agent now
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     err = await _stderr_within(proc, 60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
     await _assert_nothing_runs(stack)
 
 
