@@ -41,7 +41,8 @@ def profile(
         None,
         "--type",
         help="measure on one instance of this type launched for it (world: aws), store the "
-        "profile as measured for the type, terminate the instance",
+        "profile as measured for the type, terminate the instance (also on Ctrl-C or "
+        "SIGTERM)",
     ),
     timeout: float | None = typer.Option(
         None,
