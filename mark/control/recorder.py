@@ -25,6 +25,9 @@ log = logging.getLogger("mark.control")
 
 WARN_ACTIONS = frozenset({"spend-rail", "forecast-clipped", "fleet-bound"})
 """Decisions that also go to the log as warnings: a user should look at them."""
+WARN_REPEAT_S = 600.0
+"""A warning the same as one logged this recently is not logged again (still recorded and
+counted): a model held at its bound or rail for hours would otherwise warn every step."""
 LAUNCHES = frozenset({"launch", "backup", "launch-standby", "explore"})
 """Decisions that launched instances (``Reconciler.launch``'s notes), by role."""
 RETIREMENTS = frozenset({"retire", "replace-unhealthy", "retire-orphan", "explore-done"})
@@ -63,6 +66,8 @@ class Recorder:
     """Billed instances: id → (model, type, market, role, $/h), from recorded states."""
     seen: dict[str, float] = field(default_factory=dict)
     """Instance id → the last time a step listed it live (``mark.control.vanished``)."""
+    _warned: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    """(model, action, reason) → when it was last logged as a warning."""
 
     def saw(self, instance_ids: Collection[str], now: float) -> None:
         """A step listed these instances live at ``now``."""
@@ -86,7 +91,13 @@ class Recorder:
         for n in notes:
             self._count(model, n)
             if n.action in WARN_ACTIONS:
-                log.warning("%s: %s", model, n.reason)
+                said = (model, n.action, n.reason)
+                if now - self._warned.get(said, -math.inf) >= WARN_REPEAT_S:
+                    self._warned = {
+                        k: t for k, t in self._warned.items() if now - t < WARN_REPEAT_S
+                    }
+                    self._warned[said] = now
+                    log.warning("%s: %s", model, n.reason)
                 key = (model, n.action)
                 self.counts[key] = self.counts.get(key, 0) + 1
             out.append(

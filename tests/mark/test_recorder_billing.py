@@ -136,3 +136,32 @@ async def test_a_vanished_standby_is_billed_from_its_last_start_once(tmp_path: P
         assert abs(entry.cost - PRICE * 500 / 3600) < 1e-12
     finally:
         await store.close()
+
+
+async def test_a_warning_held_for_hours_is_logged_once_per_repeat_but_counted_each_time(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A model at its fleet bound every step: the decision is recorded and counted each
+    step, the warning logged once per ``WARN_REPEAT_S``, and a new reason at once."""
+    from mark.control.recorder import WARN_REPEAT_S
+    from provisioner.control_state import Note
+
+    assert WARN_REPEAT_S == 600.0  # the times below are minutes against it
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        rec = Recorder(store, load_catalog())
+        held = Note("fleet-bound", "3 × c5.large not launched", "c5.large", "on-demand", 3)
+        other = Note("fleet-bound", "4 × c5.large not launched", "c5.large", "on-demand", 4)
+        with caplog.at_level("WARNING", logger="mark.control"):
+            steps = [rec.decisions("m", 60.0 * k, [held]) for k in range(11)]  # 0 to 600 s
+            rec.decisions("m", 610.0, [other])  # another reason: at once
+            rec.decisions("m", 660.0, [held])  # logged at 600 s: not again yet
+        assert all(len(d) == 1 and d[0].action == "fleet-bound" for d in steps)
+        assert rec.counts[("m", "fleet-bound")] == 13
+        assert [r.getMessage() for r in caplog.records] == [
+            "m: 3 × c5.large not launched",  # 0 s
+            "m: 3 × c5.large not launched",  # 600 s
+            "m: 4 × c5.large not launched",  # 610 s
+        ]
+    finally:
+        await store.close()
