@@ -26,8 +26,10 @@ log = logging.getLogger("mark.control")
 WARN_ACTIONS = frozenset({"spend-rail", "forecast-clipped", "fleet-bound"})
 """Decisions that also go to the log as warnings: a user should look at them."""
 WARN_REPEAT_S = 600.0
-"""A warning the same as one logged this recently is not logged again (still recorded and
-counted): a model held at its bound or rail for hours would otherwise warn every step."""
+"""A warning of the same model, action and offering as one logged this recently is not
+logged again (still recorded and counted): a model held at its bound or rail for hours
+would otherwise warn every step. Not keyed by the text: it carries this step's numbers
+(the count held back, the forecast clipped), which change from step to step."""
 LAUNCHES = frozenset({"launch", "backup", "launch-standby", "explore"})
 """Decisions that launched instances (``Reconciler.launch``'s notes), by role."""
 RETIREMENTS = frozenset({"retire", "replace-unhealthy", "retire-orphan", "explore-done"})
@@ -66,8 +68,8 @@ class Recorder:
     """Billed instances: id → (model, type, market, role, $/h), from recorded states."""
     seen: dict[str, float] = field(default_factory=dict)
     """Instance id → the last time a step listed it live (``mark.control.vanished``)."""
-    _warned: dict[tuple[str, str, str], float] = field(default_factory=dict)
-    """(model, action, reason) → when it was last logged as a warning."""
+    _warned: dict[tuple[str, str, str | None, str | None], float] = field(default_factory=dict)
+    """(model, action, type, market) → when it was last logged as a warning."""
 
     def saw(self, instance_ids: Collection[str], now: float) -> None:
         """A step listed these instances live at ``now``."""
@@ -91,7 +93,7 @@ class Recorder:
         for n in notes:
             self._count(model, n)
             if n.action in WARN_ACTIONS:
-                said = (model, n.action, n.reason)
+                said = (model, n.action, n.instance_type, n.market)
                 if now - self._warned.get(said, -math.inf) >= WARN_REPEAT_S:
                     self._warned = {
                         k: t for k, t in self._warned.items() if now - t < WARN_REPEAT_S

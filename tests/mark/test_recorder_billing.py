@@ -142,7 +142,8 @@ async def test_a_warning_held_for_hours_is_logged_once_per_repeat_but_counted_ea
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A model at its fleet bound every step: the decision is recorded and counted each
-    step, the warning logged once per ``WARN_REPEAT_S``, and a new reason at once."""
+    step, the warning logged once per ``WARN_REPEAT_S`` whatever count it names, and one
+    of another offering at once."""
     from mark.control.recorder import WARN_REPEAT_S
     from provisioner.control_state import Note
 
@@ -151,17 +152,19 @@ async def test_a_warning_held_for_hours_is_logged_once_per_repeat_but_counted_ea
     try:
         rec = Recorder(store, load_catalog())
         held = Note("fleet-bound", "3 × c5.large not launched", "c5.large", "on-demand", 3)
-        other = Note("fleet-bound", "4 × c5.large not launched", "c5.large", "on-demand", 4)
+        more = Note("fleet-bound", "5 × c5.large not launched", "c5.large", "on-demand", 5)
+        other = Note("fleet-bound", "4 × c5.xlarge not launched", "c5.xlarge", "on-demand", 4)
         with caplog.at_level("WARNING", logger="mark.control"):
             steps = [rec.decisions("m", 60.0 * k, [held]) for k in range(11)]  # 0 to 600 s
-            rec.decisions("m", 610.0, [other])  # another reason: at once
+            rec.decisions("m", 610.0, [other])  # another offering: at once
             rec.decisions("m", 660.0, [held])  # logged at 600 s: not again yet
+            rec.decisions("m", 720.0, [more])  # the same offering, another count: not yet
         assert all(len(d) == 1 and d[0].action == "fleet-bound" for d in steps)
-        assert rec.counts[("m", "fleet-bound")] == 13
+        assert rec.counts[("m", "fleet-bound")] == 14
         assert [r.getMessage() for r in caplog.records] == [
             "m: 3 × c5.large not launched",  # 0 s
             "m: 3 × c5.large not launched",  # 600 s
-            "m: 4 × c5.large not launched",  # 610 s
+            "m: 4 × c5.xlarge not launched",  # 610 s
         ]
     finally:
         await store.close()
