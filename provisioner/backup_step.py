@@ -25,6 +25,7 @@ from provisioner.control_state import (
     StepConfig,
     counted_members,
 )
+from provisioner.guards import within_fleet_bound
 from provisioner.pooling import capacity_in_pool
 from provisioner.slo_monitor import (
     BackupLaunch,
@@ -133,12 +134,11 @@ def backup_launch(
                 f"fleet carries: {count} at {each:.2f} r/s each"
             )
     # The fleet bound holds backups as it holds the plan's launches: the user's cap.
-    bound_notes: list[Note] = []
-    bound = cfg.guard.max_fleet
-    room = None if bound is None else max(0, bound - len(counted_members(snap, state)))
-    if room is not None and count > room:
-        bound_notes = fleet_bound_notes([(key, count - room)], bound, "the SLO monitor")
-        count = room
+    fits, dropped = within_fleet_bound(
+        [(key, count)], cfg.guard.max_fleet, len(counted_members(snap, state))
+    )
+    bound_notes = fleet_bound_notes(dropped, cfg.guard.max_fleet, "the SLO monitor")
+    count = sum(n for _, n in fits)
     if count <= 0:
         return None, bound_notes
     allowed, notes = price_within_rails([(key, count, price_per_hour)], snap.spend(), cfg.limits)

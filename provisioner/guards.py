@@ -22,7 +22,7 @@ Pure: the state (when each instance was last wanted) goes in and comes out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from provisioner.greedy import OptionKey, Plan
@@ -74,6 +74,26 @@ class Decision:
         return sum(n for _, n in self.dropped)
 
 
+def within_fleet_bound(
+    wanted: Iterable[tuple[OptionKey, int]], bound: int | None, fleet_size: int
+) -> tuple[list[tuple[OptionKey, int]], list[tuple[OptionKey, int]]]:
+    """The launches that fit under ``bound`` beside a fleet of ``fleet_size`` (first come
+    first served, in ``wanted``'s order), and what it leaves out, per offering; None: no
+    bound. The plan's launches and the SLO monitor's backups both pass through it."""
+    room = None if bound is None else max(0, bound - fleet_size)
+    launch: list[tuple[OptionKey, int]] = []
+    dropped: list[tuple[OptionKey, int]] = []
+    for key, count in wanted:
+        allowed = count if room is None else min(count, room)
+        if allowed < count:
+            dropped.append((key, count - allowed))
+        if room is not None:
+            room -= allowed
+        if allowed > 0:
+            launch.append((key, allowed))
+    return launch, dropped
+
+
 def apply_guards(
     raw: RawDecision,
     fleet: Sequence[FleetInstance],
@@ -120,17 +140,9 @@ def apply_guards(
         else:
             retire.append(iid)
 
-    room = None if config.max_fleet is None else config.max_fleet - (len(fleet) - len(retire))
-    launch: list[tuple[OptionKey, int]] = []
-    dropped: list[tuple[OptionKey, int]] = []
-    for key, count in wanted_launch.items():
-        allowed = count if room is None else max(0, min(count, room))
-        if allowed < count:
-            dropped.append((key, count - allowed))
-        if room is not None:
-            room -= allowed
-        if allowed > 0:
-            launch.append((key, allowed))
+    launch, dropped = within_fleet_bound(
+        wanted_launch.items(), config.max_fleet, len(fleet) - len(retire)
+    )
 
     gone = set(retire)
     new_state = GuardState({iid: t for iid, t in last.items() if iid not in gone})
