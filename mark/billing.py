@@ -2,6 +2,8 @@
 
 - EC2 Linux: per second, with a 60-second minimum each time an instance starts
   running (a launch, or a start of a stopped standby).
+- EBS: per GB-month of provisioned storage, prorated by the second; a stopped
+  instance bills nothing but its volume (``ebs_charge``).
 - Lambda: duration rounded up to the millisecond, times the configured memory
   in GB, priced per GB-second; plus a fee per request.
 - Lambda provisioned concurrency: the configured concurrency times the memory
@@ -24,6 +26,7 @@ from mark.catalog import LambdaPrices
 from mark.state.records import LedgerEntry
 
 EC2_MINIMUM_S = 60.0
+EBS_MONTH_S = 730 * 3600.0  # the average month (8,760 h / 12) a GB-month is prorated over
 PROVISIONED_ROUNDING_S = 300.0  # a provisioned-concurrency period is billed in 5-minute steps
 LAMBDA = "lambda"
 LAMBDA_ON_PC = "lambda-on-pc"
@@ -57,6 +60,23 @@ def ec2_charge(
     seconds = end - start
     billed = max(minimum_s, float(math.ceil(seconds - 1e-9)))
     return Ec2Charge(seconds, billed, billed * price_per_hour / 3600.0)
+
+
+def ebs_charge(gb: float, gb_month_price: float, start: float, end: float) -> float:
+    """Charge of ``gb`` of EBS storage held from ``start`` to ``end`` (seconds), e.g. the
+    volume of an instance while it is stopped.
+
+    AWS bills a volume per GB-month prorated by the second over the billing month (AWS
+    Knowledge Center, "ebs-volume-charges": a 1 GB volume for the 744 hours of a 31-day
+    month is one GB-month). The month here is a fixed 730 h, the average one (8,760 h /
+    12), not the calendar month's 672 to 744 h: a simulation spans no billing month, and a
+    period's cost must not depend on the date it falls on.
+    """
+    if end < start:
+        raise ValueError(f"period ends ({end}) before it starts ({start})")
+    if gb < 0 or gb_month_price < 0:
+        raise ValueError("volume size and price must be non-negative")
+    return gb * gb_month_price * (end - start) / EBS_MONTH_S
 
 
 def lambda_charge(

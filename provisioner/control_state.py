@@ -59,6 +59,26 @@ class Member:
 
 
 @dataclass(frozen=True)
+class WarmPoolConfig:
+    """What the warm pool needs from the configuration and the catalog."""
+
+    start_s: float
+    """A stopped instance's start to serving (``timings.warm_start_s``)."""
+    ebs_per_hour: float
+    """What one stopped instance's volume costs an hour ($; size × the gp3 price)."""
+
+
+@dataclass(frozen=True)
+class WarmState:
+    """What the warm pool remembers between steps."""
+
+    stopped_at: Mapping[str, float] = field(default_factory=dict)
+    """Instance id → when it was stopped into the pool."""
+    started_at: Mapping[str, float] = field(default_factory=dict)
+    """Instance id → when it was started out of the pool (it serves ``start_s`` later)."""
+
+
+@dataclass(frozen=True)
 class StepConfig:
     """The per-model settings a step needs (from the configuration, fixed while running)."""
 
@@ -89,6 +109,9 @@ class StepConfig:
     persisting_floor: bool = True
     """Raise the forecast to the load that has held long enough to buy for
     (``provisioner.persisting_load``)."""
+    warm: WarmPoolConfig | None = None
+    """Stop retired on-demand instances into a pool and start them for later launches
+    (``provisioner.warm_pool``); None: terminate them."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +214,8 @@ class ControlState:
     """Interrupted instance id → the standby start its notice still owes."""
     orphans: Mapping[str, float] = field(default_factory=dict)
     """Instance id → since when the orphan sweep has found it claimed by nothing."""
+    warm: WarmState = field(default_factory=WarmState)
+    """The warm pool's stop and start times (``provisioner.warm_pool``)."""
 
     def of(self, model: str) -> ModelControl:
         return self.models.get(model, ModelControl())
@@ -220,12 +245,23 @@ def forget_gone(
     longer configured. A standby start still owed stays until its end."""
     doomed = {i: t for i, t in state.doomed.items() if i in listed}
     orphans = {i: t for i, t in state.orphans.items() if i in listed}
+    warm = WarmState(
+        {i: t for i, t in state.warm.stopped_at.items() if i in listed},
+        {i: t for i, t in state.warm.started_at.items() if i in listed},
+    )
     per_model = dict(state.models)
     pending = dict(state.pending_starts)
     if models is not None:
         per_model = {m: c for m, c in per_model.items() if m in models}
         pending = {i: p for i, p in pending.items() if p.model in models}
-    return replace(state, models=per_model, doomed=doomed, pending_starts=pending, orphans=orphans)
+    return replace(
+        state,
+        models=per_model,
+        doomed=doomed,
+        pending_starts=pending,
+        orphans=orphans,
+        warm=warm,
+    )
 
 
 @dataclass(frozen=True)

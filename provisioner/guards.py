@@ -40,6 +40,10 @@ class FleetInstance:
     instance_id: str
     key: OptionKey
     launched_at: float
+    """When its current run began (a launch, or a start out of the warm pool)."""
+    cooldown_s: float | None = None
+    """Its own cool-down (one that will be stopped, not terminated:
+    ``provisioner.warm_pool.cooldown_s``); None: the config's."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,8 @@ def apply_guards(
         iid = inst.instance_id
         if iid in reused:
             continue
-        cool_until = last[iid] + config.cooldown_s
+        cool = config.cooldown_s if inst.cooldown_s is None else inst.cooldown_s
+        cool_until = last[iid] + cool
         billed_until = inst.launched_at + config.billing_minimum_s
         if hold is not None:
             held.append((iid, hold))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from provisioner.control_state import Change, ControlState, Member, Note, Snapshot
 from provisioner.spot import record_interruption
+from provisioner.warm_pool import serving_from
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def health_step(
         if not m.live or m.role == "standby":
             continue
         fact = facts.get(m.instance_id, HealthFact())
-        why = _verdict(m, fact, snap.now, cfg, observed_since)
+        why = _verdict(m, serving_from(m, state.warm), fact, snap.now, cfg, observed_since)
         if why is None:
             continue
         doomed.append(m.instance_id)
@@ -76,13 +77,19 @@ def health_step(
 
 
 def _verdict(
-    m: Member, fact: HealthFact, now: float, cfg: HealthConfig, observed_since: float
+    m: Member,
+    began: float,
+    fact: HealthFact,
+    now: float,
+    cfg: HealthConfig,
+    observed_since: float,
 ) -> str | None:
+    """``began``: its launch, or its start out of the warm pool."""
     if fact.ready_since is None:
-        deadline = max(m.launched_at, observed_since) + cfg.boot_deadline_s
+        deadline = max(began, observed_since) + cfg.boot_deadline_s
         if now >= deadline:
             return (
-                f"not ready {now - m.launched_at:.0f} s after launch (boot deadline "
+                f"not ready {now - began:.0f} s after launch or start (boot deadline "
                 f"{cfg.boot_deadline_s:g} s); {m.instance_type}/{m.market} avoided for "
                 f"{cfg.avoid_s:g} s"
             )

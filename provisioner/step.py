@@ -54,6 +54,8 @@ from provisioner.rise_headroom import planning_options, pools
 from provisioner.slo_monitor import slo_at_risk
 from provisioner.spend_rails import RailHit, Spend, SpendLimits, within_rails
 from provisioner.spot import avoid_interrupted, record_interruption
+from provisioner.warm_pool import cooldown_s as warm_cooldown_s
+from provisioner.warm_pool import keeps_warm, pooled, ready_at, serving_from, warm_step
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class PlanStep:
     """The forecast the plan used (clipped)."""
     launches: tuple[Launch, ...]
     retire: tuple[str, ...]
+    """Instances to terminate: retired and not kept warm, and the warm pool's expired."""
     held: tuple[tuple[str, str], ...]
     """(instance id, why it is not retired yet) for unwanted instances kept."""
     counted: tuple[Member, ...]
@@ -72,6 +75,10 @@ class PlanStep:
     notes: tuple[Note, ...]
     state: ControlState
     """The next state, to keep once the launches are carried out."""
+    start: tuple[str, ...] = ()
+    """Stopped instances of the warm pool to start instead of launching."""
+    stop: tuple[str, ...] = ()
+    """Retired instances to stop into the warm pool (``provisioner.warm_pool``)."""
 
 
 def rail_notes(hits: Sequence[RailHit]) -> list[Note]:
@@ -118,7 +125,7 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
     notes = [n for n in (rise,) if n is not None]
     notes += [Note("forecast-clipped", clip.why)] if clip is not None else []
     mine = counted_members(snap, state)
-    running = [_running(m, by_key[m.key], now, cfg) for m in mine if m.key in by_key]
+    running = [_running(m, by_key[m.key], now, cfg, state) for m in mine if m.key in by_key]
     planner = plan_pooled if pools(snap, cfg) else plan_greedy
     floor = persisting_floor(
         snap.recent_rates, snap.window_s, len(forecast), cfg.step_s, buy_after_s(snap, cfg, options)
@@ -138,7 +145,7 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
     )
     decision, guards = apply_guards(
         RawDecision.from_plan(plan),
-        [FleetInstance(m.instance_id, m.key, m.launched_at) for m in mine],
+        [_guarded(m, cfg, state) for m in mine],
         GuardState(control.last_wanted),
         now,
         cfg.guard,
@@ -156,11 +163,30 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         Launch(snap.model, key[0], key[1], n, "serving", why.get(key, ""))
         for key, n in allowed.items()
     )
+    ours = snap.mine()
+    warm = warm_step(ours, now, launches, decision.retire, cfg.boot_s, cfg.warm, state.warm)
+    notes += warm.notes
+    known = {m.instance_id for m in ours}
+    others = state.warm
+    state = replace(
+        state,
+        warm=replace(
+            warm.state,
+            stopped_at={
+                **{i: t for i, t in others.stopped_at.items() if i not in known},
+                **warm.state.stopped_at,
+            },
+            started_at={
+                **{i: t for i, t in others.started_at.items() if i not in known},
+                **warm.state.started_at,
+            },
+        ),
+    )
     return PlanStep(
         plan,
         tuple(forecast),
-        launches,
-        decision.retire,
+        warm.launches,
+        warm.terminate,
         decision.held,
         tuple(mine),
         tuple(notes),
@@ -173,6 +199,8 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
                 planned_at=now,
             ),
         ),
+        warm.start,
+        warm.stop,
     )
 
 
@@ -184,6 +212,10 @@ def buy_after_s(snap: Snapshot, cfg: StepConfig, options: Sequence[PlannerOption
     if not cfg.persisting_floor or cfg.spill_cost_per_request is None or not snap.recent_rates:
         return math.inf
     quantile = critical_quantile(cfg.spill_cost_per_request, options)
+    if cfg.warm is not None and pooled(snap.mine()):
+        # What the pool holds serves a start after it is wanted, and costs a start to have
+        # back: the rent-or-buy break-even is a start's, not a boot's.
+        return break_even_age(cfg.warm.start_s, quantile, warm_cooldown_s(cfg.warm))
     return break_even_age(cfg.boot_s, quantile, cfg.guard.cooldown_s)
 
 
@@ -213,11 +245,21 @@ def foreseen_rises(
     )
 
 
-def _running(m: Member, option: PlannerOption, now: float, cfg: StepConfig) -> RunningInstance:
-    """An instance as the planner counts it: steps until it serves (0 once ready)."""
-    ready_at = m.launched_at + cfg.boot_s
-    steps_left = 0 if m.state == "ready" else math.ceil((ready_at - now) / cfg.step_s)
+def _running(
+    m: Member, option: PlannerOption, now: float, cfg: StepConfig, state: ControlState
+) -> RunningInstance:
+    """An instance as the planner counts it: steps until it serves (0 once ready); one
+    started out of the warm pool serves a start after its start, not a boot."""
+    serves_at = ready_at(m, cfg.boot_s, state.warm, cfg.warm)
+    steps_left = 0 if m.state == "ready" else math.ceil((serves_at - now) / cfg.step_s)
     return RunningInstance(m.instance_id, option, max(0, steps_left))
+
+
+def _guarded(m: Member, cfg: StepConfig, state: ControlState) -> FleetInstance:
+    """An instance as the guards see it: its run's start, and a start's cool-down where
+    retiring it stops it into the warm pool."""
+    cool = warm_cooldown_s(cfg.warm) if cfg.warm and keeps_warm(m, cfg.boot_s, cfg.warm) else None
+    return FleetInstance(m.instance_id, m.key, serving_from(m, state.warm), cool)
 
 
 def avoid_offering(state: ControlState, key: OptionKey, now: float, ttl_s: float) -> ControlState:

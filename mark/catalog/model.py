@@ -131,13 +131,16 @@ class LambdaPrices:
 
 @dataclass(frozen=True)
 class Catalog:
-    """Instance types, their offerings and Lambda prices for one region."""
+    """Instance types, their offerings, Lambda and EBS prices for one region."""
 
     region: str
     types: Mapping[str, InstanceType]
     on_demand: Mapping[str, float]
     spot: Mapping[str, float]
     lambda_prices: LambdaPrices
+    ebs_gb_month: float
+    """$ per GB-month of gp3 storage (the price file's ``ebs_gp3_per_gb_month``): what a
+    stopped instance still costs, its volume (``mark.billing.ebs_charge``)."""
 
     def instance_type(self, name: str) -> InstanceType:
         try:
@@ -218,6 +221,7 @@ def _load(data_dir: Path | None) -> Catalog:
                 lam["provisioned_duration_per_gb_second_x86"]
             ),
         ),
+        ebs_gb_month=float(prices["ebs_gp3_per_gb_month"]),
     )
 
 

@@ -88,6 +88,7 @@ def _table(results: list[PolicyResult], title: str) -> Table:
         "on-demand $",
         "spot $",
         "standby $",
+        "ebs $",
         "lambda $",
         "within RT_max",
         "p50 ms",
@@ -109,6 +110,7 @@ def _table(results: list[PolicyResult], title: str) -> Table:
             f"{c.get('on-demand', 0):.2f}",
             f"{c.get('spot', 0):.2f}",
             f"{c.get('standby', 0):.2f}",
+            f"{c.get('ebs', 0):.2f}",
             f"{c.get('lambda', 0):.2f}",
             f"{r.within_slo:.2%}",
             _ms(r.p50_ms),
@@ -337,6 +339,21 @@ def simulate(
         "is retired (the daemon's timings.cooldown_s; default: the boot time, the "
         "ski-rental rule)",
     ),
+    warm_pool: bool = typer.Option(
+        False,
+        "--warm-pool/--no-warm-pool",
+        help="mark policies: stop retired on-demand instances into a warm pool and start "
+        "them (a stopped start, 20 s) before launching their type anew (120 s); each is "
+        "kept while its volume costs less than the boot a start spares (the daemon's "
+        "timings.warm_start_s)",
+    ),
+    volume_gb: float = typer.Option(
+        8.0,
+        min=0.0,
+        help="each instance's EBS root volume in GB, billed at the gp3 price while the "
+        "instance is stopped (standbys); 8 is Amazon Linux 2023's, the stack's default "
+        "worker AMI: set the size of a larger AMI's volume, e.g. a Deep Learning AMI's",
+    ),
     warmup_s: float = typer.Option(900.0, help="simulated before the window, not counted"),
     seed: int = typer.Option(0, help="seed of the arrivals and interruptions"),
     fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv"),
@@ -348,7 +365,8 @@ def simulate(
 
     Every policy sees the same seeded arrivals. mark's policies run the daemon's own
     controller, planner, Bouncer and SLO monitor on virtual time against a simulated
-    EC2 and Lambda (EC2 billed per second with a 60 s minimum; Lambda per ms and GB).
+    EC2 and Lambda (EC2 billed per second with a 60 s minimum, a stopped instance's EBS
+    volume per GB-second; Lambda per ms and GB).
     Latencies come from the paper's published profiles (see mark/sim/models.py).
     Beside each policy stands the lower bound on what any run of the same arrivals in
     its markets that meets the SLO costs (mark/sim/bound.py), and cost / bound.
@@ -372,6 +390,8 @@ def simulate(
         slo_period_s=slo_period,
         early_steps=early_steps,
         cooldown_s=cooldown_s,
+        volume_gb=volume_gb,
+        warm_pool=warm_pool,
     )
     workload = build_workload(
         trace,

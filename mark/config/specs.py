@@ -142,6 +142,12 @@ class OfferingsSpec(_Strict):
         default=("t3.large",), description="stopped burstable standbys for spot interruptions"
     )
     max_instances: int = Field(default=50, ge=1, le=10_000)
+    volume_gb: float = Field(
+        default=8.0,
+        ge=0,
+        description="a worker's root EBS volume (GiB), billed while it is stopped: 8 for "
+        "the stack's default Amazon Linux 2023 AMI; a GPU AMI's is larger",
+    )
 
     @field_validator("types")
     @classmethod
@@ -187,6 +193,14 @@ class Timings(_Strict):
         "more than relaunching (ski rental)",
     )
     billing_minimum_s: float = Field(default=60, ge=0, description="EC2 per-second minimum")
+    warm_start_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="a stopped worker's start to serving: set, retired on-demand instances "
+        "are stopped into a warm pool and started again before any launch of their type, "
+        "kept while their volume costs less than the boot a start spares "
+        "(provisioner.warm_pool); unset, they are terminated",
+    )
     boot_deadline_s: float | None = Field(
         default=None,
         gt=0,

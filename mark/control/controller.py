@@ -201,6 +201,7 @@ class Controller:
             standby_loss_fraction=self.standby_loss_fraction,
             unavailable_ttl_s=self.unavailable_ttl_s,
             spill=self.state.of(spec.name).spill,
+            ebs_gb_month=self.catalog.ebs_gb_month,
         )
 
     async def set_options(
@@ -450,7 +451,7 @@ class Controller:
             view = self.health() if self.health is not None else None
             if view is not None:
                 snap = with_readiness(snap, view[0])
-            done = await launch_backups(
+            done, self.state = await launch_backups(
                 snap,
                 fleet,
                 self.config_for(spec),

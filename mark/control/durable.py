@@ -37,7 +37,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from mark.config import Settings
 from mark.errors import StoreError
 from mark.state.records import ControlStateRecord, LeaseRecord
-from provisioner.control_state import ControlState, ModelControl, PendingStart
+from provisioner.control_state import ControlState, ModelControl, PendingStart, WarmState
 from provisioner.slo_monitor import SloMonitorState
 from provisioner.spill_evidence import SpillEvidence
 from provisioner.spot import InterruptionMemory
@@ -101,6 +101,10 @@ def encode_state(state: ControlState) -> dict[str, Any]:
             for i, p in sorted(state.pending_starts.items())
         },
         "orphans": dict(sorted(state.orphans.items())),
+        "warm": {
+            "stopped_at": dict(sorted(state.warm.stopped_at.items())),
+            "started_at": dict(sorted(state.warm.started_at.items())),
+        },
     }
 
 
@@ -131,6 +135,10 @@ def decode_state(data: Mapping[str, Any]) -> ControlState:
             for i, p in data["pending_starts"].items()
         },
         orphans={str(i): float(t) for i, t in data["orphans"].items()},
+        warm=WarmState(  # absent in a state saved before the warm pool: none known
+            {str(i): float(t) for i, t in data.get("warm", {}).get("stopped_at", {}).items()},
+            {str(i): float(t) for i, t in data.get("warm", {}).get("started_at", {}).items()},
+        ),
     )
 
 

@@ -139,7 +139,25 @@ class Reconciler:
         return None
 
     async def start(self, ids: Sequence[str]) -> None:
+        """Start stopped instances; the request path may send to them again once they
+        serve (a warm-pool instance was drained when it was stopped)."""
         await self.fleet.start(list(ids))
+        if self.draining is not None:
+            self.draining.keep(ids)
 
-    async def stop(self, ids: Sequence[str]) -> None:
-        await self.fleet.stop(list(ids))
+    async def stop(self, ids: Sequence[str], *, drain: bool = False) -> str | None:
+        """Stop instances; with ``drain`` (serving ones), drained first as for a
+        termination, and the error text if the cloud refused (they then serve again).
+        Without it an error is raised (a standby carries no batches of its own)."""
+        if not drain:
+            await self.fleet.stop(list(ids))
+            return None
+        if self.draining is not None:
+            await self.draining.retire(ids)
+        try:
+            await self.fleet.stop(list(ids))
+        except CloudError as exc:
+            if self.draining is not None:
+                self.draining.keep(ids)
+            return str(exc)
+        return None

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from mark.billing import EBS_MONTH_S
 from mark.catalog import Catalog
 from mark.cloud.aws.instances import TAG_CLUSTER
 from mark.config import ModelSpec, Settings
 from mark.errors import UnknownOffering
 from mark.ports import InstanceInfo
 from provisioner.capacity_target import spill_price
-from provisioner.control_state import Member, Snapshot, StepConfig
+from provisioner.control_state import Member, Snapshot, StepConfig, WarmPoolConfig
 from provisioner.explore_step import Candidate, ExploreConfig
 from provisioner.forecast_sanity import ForecastBounds
 from provisioner.greedy import PlannerOption
@@ -54,6 +55,7 @@ def step_config(
     standby_loss_fraction: float,
     unavailable_ttl_s: float,
     spill: SpillEvidence = SpillEvidence(),
+    ebs_gb_month: float = 0.0,
 ) -> StepConfig:
     """The model's step settings; ``spill`` (what its spilled requests showed lately)
     decides pooled capacity under ``auto`` and the capacity target's spill price."""
@@ -82,6 +84,11 @@ def step_config(
         rise_miss_share=planner.rise_miss_share * (1.0 - spec.slo.sl_min),
         spill_cost_per_request=spill_price(planner.spill_capacity_target, spill),
         persisting_floor=planner.persisting_floor,
+        warm=None
+        if t.warm_start_s is None
+        else WarmPoolConfig(
+            t.warm_start_s, settings.offerings.volume_gb * ebs_gb_month * 3600.0 / EBS_MONTH_S
+        ),
     )
 
 

@@ -6,8 +6,9 @@ backups. The decisions are all pure steps; this is their order and their effects
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from mark.config import ModelSpec
 from mark.control.history import LoadHistory
@@ -18,7 +19,7 @@ from mark.errors import CloudError
 from mark.ports import InstanceInfo, InstanceRole, InstanceState
 from mark.state.records import PlanRecord
 from provisioner.backup_step import backup_launch
-from provisioner.control_state import Change, ControlState, Note, Snapshot, StepConfig
+from provisioner.control_state import Change, ControlState, Launch, Note, Snapshot, StepConfig
 from provisioner.explore_step import Candidate, ExploreConfig, explore_step
 from provisioner.greedy import NoFeasibleOption, PlannerOption
 from provisioner.health_step import HealthConfig, HealthFact, health_step, with_readiness
@@ -27,6 +28,7 @@ from provisioner.rise_headroom import lead_minutes, rating, rise_allowance, size
 from provisioner.slo_monitor import BackupLaunch, SloMonitorConfig
 from provisioner.standby_step import InterruptionStep, owed_standbys_step, standby_pool_step
 from provisioner.step import PlanStep, avoid_offering, plan_step, retirements
+from provisioner.warm_pool import backup_starts
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class StepResult:
     held: list[tuple[str, str]]
     shortfall: float
     error: str | None = None
+    started: list[str] = field(default_factory=list)
+    """Stopped instances started out of the warm pool instead of launched."""
+    stopped: list[str] = field(default_factory=list)
+    """Retired instances stopped into the warm pool instead of terminated."""
 
 
 async def run_plan_step(
@@ -115,10 +121,12 @@ async def run_plan_step(
             recent=recent,
         )
 
-    snap = _ready(view(live, forecast, shape, (seen.rise_chance, seen.rise_rate)), facts)
+    # The whole fleet, stopped instances too: the warm pool is the model's stopped ones.
+    snap = _ready(view(everything, forecast, shape, (seen.rise_chance, seen.rise_rate)), facts)
     launched: list[InstanceInfo] = []
     notes: list[Note] = [Note("early-step", early)] if early is not None else []
     failed = 0
+    started: list[str] = []
     result: PlanStep | None = None
     # An offering out of capacity is avoided for a while and the step plans again
     # without it (what it launched before counts as running), a bounded number of times.
@@ -133,7 +141,10 @@ async def run_plan_step(
             break
         notes += result.notes
         state = result.state
-        done = await reconciler.launch(result.launches, live, now)
+        cold = await _warm_start(result, everything, now, recorder, reconciler, notes)
+        if not cold:
+            started += result.start
+        done = await reconciler.launch([*result.launches, *cold], live, now)
         notes += done.notes
         failed += done.failed
         launched += done.got
@@ -150,15 +161,28 @@ async def run_plan_step(
                 )
             )
             break
-        live = [i for i in await reconciler.fleet.list() if i.state in LIVE]
-        snap = _ready(view(live, result.forecast, shape), facts)
+        listed = await reconciler.fleet.list()
+        live = [i for i in listed if i.state in LIVE]
+        snap = _ready(view(listed, result.forecast, shape), facts)
     assert result is not None
     retire, held_note = retirements(result.retire, failed)
     if held_note is not None:
         notes.append(held_note)
+    stop, _ = retirements(result.stop, failed)
     counted = {m.instance_id for m in result.counted}
     infos = {i.instance_id: i for i in everything}
     gone: set[str] = set()
+    if stop:
+        error = await reconciler.stop(stop, drain=True)
+        if error is None:
+            notes += [
+                Note("retire-warm", "cool-down over; stopped into the warm pool", instance_id=i)
+                for i in stop
+            ]
+            await recorder.bill_stopped(model, [infos[i] for i in stop], now, "warm pool")
+            gone.update(stop)
+        else:
+            notes.append(Note("retire-failed", error))
     if retire:
         error = await reconciler.terminate(retire)
         if error is None:
@@ -225,6 +249,8 @@ async def run_plan_step(
             list(retire),
             list(result.held),
             shortfall,
+            started=started,
+            stopped=[i for i in stop if i in gone],
         ),
         state,
     )
@@ -368,17 +394,46 @@ async def launch_backups(
     reconciler: Reconciler,
     state: ControlState,
     observed_rps: float | None = None,
-) -> Launched:
+) -> tuple[Launched, ControlState]:
     """The SLO monitor's backups, as many as the spend rails allow (and, given the load
-    ``observed_rps``, as many as it exceeds the fleet by); what the cloud did (nothing
-    launched and nothing failed when none were wanted or the rails refused)."""
+    ``observed_rps``, as many as it exceeds the fleet by), started out of the warm pool
+    where it holds their type; what the cloud did (nothing launched and nothing failed
+    when none were wanted or the rails refused), and the next state."""
     launch, notes = backup_launch(snap, cfg, monitor, action, price_per_hour, state, observed_rps)
     done = Launched()
     if launch is not None:
-        done = await reconciler.launch([launch], fleet, snap.now)
-        await recorder.launched(done.got, snap.now, "SLO monitor")
+        start, launch, taken, warm = backup_starts(
+            snap.mine(), snap.now, launch, cfg.boot_s, cfg.warm, state.warm
+        )
+        if start:
+            infos = {i.instance_id: i for i in fleet}
+            try:
+                await reconciler.start(start)
+            except CloudError as exc:  # launched instead, as many
+                notes.append(Note("warm-start-failed", f"{exc}; backups launched instead"))
+                n = len(start) + (launch.count if launch is not None else 0)
+                launch = Launch(
+                    snap.model,
+                    action.instance_type,
+                    action.market,
+                    n,
+                    "backup",
+                    "warm start failed",
+                )
+            else:
+                notes += taken
+                state = replace(state, warm=warm)
+                for iid in start:
+                    await recorder.set_state(
+                        infos[iid], InstanceState.PENDING, snap.now, "backup from the warm pool"
+                    )
+                done.got.extend(infos[i] for i in start)
+        if launch is not None:
+            more = await reconciler.launch([launch], fleet, snap.now)
+            await recorder.launched(more.got, snap.now, "SLO monitor")
+            done = replace(more, got=[*done.got, *more.got])
     await recorder.record(snap.model, snap.now, [*notes, *done.notes])
-    return done
+    return done, state
 
 
 async def _explore(
@@ -420,6 +475,35 @@ async def _explore(
         if done.out_of_capacity is not None:
             state = avoid_offering(state, done.out_of_capacity, now, cfg.unavailable_ttl_s)
     return notes, state
+
+
+async def _warm_start(
+    result: PlanStep,
+    everything: Sequence[InstanceInfo],
+    now: float,
+    recorder: Recorder,
+    reconciler: Reconciler,
+    notes: list[Note],
+) -> list[Launch]:
+    """Start the stopped instances the step takes out of the warm pool; what the cloud
+    refused to start is launched instead (returned), so the plan's capacity still comes."""
+    if not result.start:
+        return []
+    infos = {i.instance_id: i for i in everything}
+    try:
+        await reconciler.start(result.start)
+    except CloudError as exc:
+        notes.append(Note("warm-start-failed", f"{exc}; launched instead"))
+        wanted = Counter((infos[i].model, infos[i].instance_type) for i in result.start)
+        return [
+            Launch(m, t, "on-demand", n, "serving", "the warm start failed")
+            for (m, t), n in sorted(wanted.items())
+        ]
+    for iid in result.start:
+        await recorder.set_state(
+            infos[iid], InstanceState.PENDING, now, "started from the warm pool"
+        )
+    return []
 
 
 def _ready(snap: Snapshot, facts: Mapping[str, HealthFact] | None) -> Snapshot:

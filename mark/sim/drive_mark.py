@@ -45,10 +45,15 @@ def sim_settings(world: SimWorld) -> Settings:
             markets=tuple(Market(m) for m in world.policy.markets),
             standby_types=standby,
             max_instances=world.cfg.max_instances,
+            volume_gb=world.cfg.volume_gb,
         ),
         # The paper's experiments measure the policy, not a user's budget: no spend rails.
         budget=BudgetSpec(max_hourly_per_model=None, max_hourly_cluster=None),
-        timings=Timings(early_steps=world.cfg.early_steps, cooldown_s=world.cfg.cooldown_s),
+        timings=Timings(
+            early_steps=world.cfg.early_steps,
+            cooldown_s=world.cfg.cooldown_s,
+            warm_start_s=world.cfg.standby_start_s if world.cfg.warm_pool else None,
+        ),
     )
 
 

@@ -4,6 +4,9 @@ Instances are pending for their type's boot delay, then running; stop/start
 and terminate take effect at once; spot interruptions are injected with
 ``interrupt`` and delivered through ``interruptions()`` like the aws world's
 notices. Used by the simulator and by tests of the control loop.
+
+What EC2 would bill is recorded as it happens: ``runs`` (the instance, per
+second) and ``stopped`` (only the EBS volume, while the instance is stopped).
 """
 
 from __future__ import annotations
@@ -40,6 +43,18 @@ class Run:
 
 
 @dataclass
+class Stopped:
+    """One period an instance was stopped, from stop to start or terminate: EC2 bills
+    its EBS volume then, though not the instance."""
+
+    instance_id: str
+    instance_type: str
+    role: str
+    start: float
+    end: float | None = None
+
+
+@dataclass
 class SimFleet:
     catalog: Catalog
     clock: Callable[[], float]
@@ -47,7 +62,9 @@ class SimFleet:
     capacity: dict[tuple[str, str], int] = field(default_factory=dict)  # limit per offering
     start_delay_s: Callable[[str], float] | None = None  # stopped → serving; default boot/4
     runs: list[Run] = field(default_factory=list)  # billed running periods, in start order
+    stopped: list[Stopped] = field(default_factory=list)  # stopped periods, in stop order
     _open: dict[str, Run] = field(default_factory=dict)
+    _open_stopped: dict[str, Stopped] = field(default_factory=dict)
     _instances: dict[str, InstanceInfo] = field(default_factory=dict)
     _ready_at: dict[str, float] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -110,9 +127,13 @@ class SimFleet:
         self._open[inst.instance_id] = run
 
     def _end(self, iid: str, now: float) -> None:
+        """End the instance's open run or stopped period, whichever it has."""
         run = self._open.pop(iid, None)
         if run is not None:
             run.end = now
+        period = self._open_stopped.pop(iid, None)
+        if period is not None:
+            period.end = now
 
     def _set(self, ids: Sequence[str], state: InstanceState) -> None:
         self._owned(ids)
@@ -135,15 +156,25 @@ class SimFleet:
         return min(times, default=None)
 
     def close_runs(self, now: float) -> None:
-        """End every open run at ``now`` (the end of a simulation)."""
-        for iid in list(self._open):
+        """End every open run and stopped period at ``now`` (the end of a simulation)."""
+        for iid in [*self._open, *self._open_stopped]:
             self._end(iid, now)
 
     async def terminate(self, instance_ids: Sequence[str]) -> None:
         self._set(instance_ids, InstanceState.TERMINATED)
 
     async def stop(self, instance_ids: Sequence[str]) -> None:
-        self._set(instance_ids, InstanceState.STOPPED)
+        self._owned(instance_ids)
+        now = self.clock()
+        for iid in instance_ids:
+            if iid in self._open_stopped:
+                continue  # already stopped: its period goes on
+            inst = replace(self._instances[iid], state=InstanceState.STOPPED)
+            self._instances[iid] = inst
+            self._end(iid, now)
+            period = Stopped(iid, inst.instance_type, inst.role.value, now)
+            self.stopped.append(period)
+            self._open_stopped[iid] = period
 
     async def start(self, instance_ids: Sequence[str]) -> None:
         self._owned(instance_ids)
@@ -152,6 +183,7 @@ class SimFleet:
             inst = self._instances[iid]
             if inst.state is not InstanceState.STOPPED:
                 continue  # starting a running instance is a no-op on EC2 too
+            self._end(iid, now)  # the stopped period
             self._instances[iid] = replace(inst, state=InstanceState.PENDING, launched_at=now)
             delay = (
                 self.start_delay_s(inst.instance_type)

@@ -11,8 +11,14 @@ from typing import Any
 
 from mark.sim.results import PolicyResult
 
-COMPONENTS = ("on-demand", "spot", "standby", "lambda")
-COLOURS = {"on-demand": "#4c72b0", "spot": "#55a868", "standby": "#c44e52", "lambda": "#dd8452"}
+COMPONENTS = ("on-demand", "spot", "standby", "ebs", "lambda")
+COLOURS = {
+    "on-demand": "#4c72b0",
+    "spot": "#55a868",
+    "standby": "#c44e52",
+    "ebs": "#8172b3",
+    "lambda": "#dd8452",
+}
 
 
 def _plt() -> Any:

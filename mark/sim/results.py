@@ -1,10 +1,11 @@
 """What a simulated policy cost and how it served: the figures a comparison prints.
 
-Costs are split the way a bill is (EC2 on-demand, spot, standby, Lambda);
-service is the fraction of requests answered within RT_max (failed requests
-count as misses), latency percentiles over every request, and how many
-went to Lambda. The CCDF is kept as a few hundred points so the plot and the
-JSON stay small however many requests were simulated.
+Costs are split the way a bill is (EC2 on-demand, spot, standby, the EBS
+volumes of stopped instances, Lambda); service is the fraction of requests
+answered within RT_max (failed requests count as misses), latency percentiles
+over every request, and how many went to Lambda. The CCDF is kept as a few
+hundred points so the plot and the JSON stay small however many requests were
+simulated.
 
 Beside each policy's cost stands the whole-system lower bound of its window
 and markets (``mark.sim.bound``) and ``cost / bound``; a run that missed more
@@ -41,7 +42,7 @@ class PolicyResult:
     p99_ms: float
     spilled: int
     failed: int
-    costs: Mapping[str, float]  # on-demand, spot, standby, lambda
+    costs: Mapping[str, float]  # on-demand, spot, standby, ebs, lambda
     instance_hours: Mapping[str, float]
     timeline: Sequence[tuple[float, int, float, int]] = field(repr=False)
     load: Sequence[float] = field(repr=False)  # per-minute peak rate from load_t0
@@ -76,6 +77,7 @@ class PolicyResult:
 
     @property
     def ec2_cost(self) -> float:
+        """Everything but Lambda (EBS, too, is billed as EC2)."""
         return float(sum(v for k, v in self.costs.items() if k != "lambda"))
 
     def row(self) -> dict[str, Any]:
@@ -90,6 +92,7 @@ class PolicyResult:
             "cost_on_demand": round(self.costs.get("on-demand", 0.0), 4),
             "cost_spot": round(self.costs.get("spot", 0.0), 4),
             "cost_standby": round(self.costs.get("standby", 0.0), 4),
+            "cost_ebs": round(self.costs.get("ebs", 0.0), 4),
             "cost_lambda": round(self.costs.get("lambda", 0.0), 4),
             "within_slo": round(self.within_slo, 5),
             # null when more than that share of requests failed (no finite latency)

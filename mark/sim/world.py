@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
-from mark.billing import ec2_charge
+from mark.billing import ebs_charge, ec2_charge
 from mark.catalog import Catalog, HostingPrices, Market, load_catalog, load_hosting_prices
 from mark.control import build_options
 from mark.errors import ConfigError
@@ -96,6 +96,17 @@ class SimConfig:
     # mark policies: how long an instance the plan no longer wants stays before it is
     # retired (the daemon's timings.cooldown_s; None: its default, the boot time).
     cooldown_s: float | None = None
+    warm_pool: bool = False
+    """mark policies: retired on-demand instances are stopped into a warm pool and started
+    (``standby_start_s``) before any launch of their type (the daemon's
+    ``timings.warm_start_s``; ``provisioner.warm_pool``)."""
+    volume_gb: float = 8.0
+    """Each instance's EBS root volume, GB: billed at the catalog's gp3 price while the
+    instance is stopped (a standby, or a stopped instance kept to start fast). 8 is the
+    root volume of the workers' default AMI, Amazon Linux 2023 (the stack's default
+    ``WorkerImageId`` in infra/mark.yaml; its snapshot is 8 GiB); a GPU AMI such as a Deep
+    Learning AMI carries a much larger one, so set it per run. A running instance's volume
+    is not billed (EC2 bills it too; a run is priced at its instance price alone)."""
 
 
 @dataclass
@@ -322,8 +333,9 @@ class SimWorld:
         return MissBudget(self.model.sl_min, share, window_s=period)
 
     def result(self, extra: Extra | None = None) -> PolicyResult:
-        """The measured window priced: EC2 by the second per run, Lambda by GB-second."""
-        costs = {"on-demand": 0.0, "spot": 0.0, "standby": 0.0}
+        """The measured window priced: EC2 by the second per run, the EBS volumes of
+        stopped instances by the GB-second, Lambda by GB-second."""
+        costs = {"on-demand": 0.0, "spot": 0.0, "standby": 0.0, "ebs": 0.0}
         hours: dict[str, float] = {}
         for run in self.fleet.runs:
             end = run.end if run.end is not None else self.t_end
@@ -334,6 +346,13 @@ class SimWorld:
             part = "standby" if run.role == InstanceRole.STANDBY.value else run.market
             costs[part] += charge.cost
             hours[run.instance_type] = hours.get(run.instance_type, 0.0) + (end - start) / 3600
+        for period in self.fleet.stopped:
+            end = period.end if period.end is not None else self.t_end
+            start, end = max(period.start, self.t0), min(end, self.t_end)
+            if end > start:
+                costs["ebs"] += ebs_charge(
+                    self.cfg.volume_gb, self.catalog.ebs_gb_month, start, end
+                )
         cost0, cold0, throttled0 = self._lambda_at_t0
         costs["lambda"] = self.lam.cost - cost0
         first = int(np.searchsorted(self.arrivals, self.t0, "left"))

@@ -101,7 +101,10 @@ class AgentDirectory:
 
     @property
     def instance_ids(self) -> list[str]:
-        return [i.instance_id for i in self.instances]
+        """The instances whose health is followed: every one listed but the stopped, whose
+        agent is gone with its run, not failing (a start begins afresh)."""
+        paused = (InstanceState.STOPPING, InstanceState.STOPPED)
+        return [i.instance_id for i in self.instances if i.state not in paused]
 
     async def _live(self, url: str) -> bool:
         """The agent's liveness probe: one tiny inference on the model's thread, bounded."""

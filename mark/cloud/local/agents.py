@@ -41,6 +41,7 @@ from mark.ports import Fleet, InstanceInfo, InstanceState
 log = logging.getLogger("mark.local.agents")
 
 RUNNING = {InstanceState.RUNNING, InstanceState.READY}
+PAUSED = {InstanceState.STOPPING, InstanceState.STOPPED}
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ class AgentSupervisor:
         """Bring the processes in line with the fleet: start what booted, stop what is gone;
         an agent that died is not restarted (as on EC2, the instance is replaced)."""
         instances = {i.instance_id: i for i in await self.fleet.list()}
-        self.instance_ids = list(instances)
+        # A stopped instance's agent is gone with it, not failing: what its health showed
+        # ends with the run (a start out of the warm pool begins afresh).
+        self.instance_ids = [i for i, inst in instances.items() if inst.state not in PAUSED]
         for iid in list(self.procs):
             inst = instances.get(iid)
             if inst is None or inst.state not in RUNNING:

@@ -1,0 +1,240 @@
+"""The warm pool: retired on-demand instances are stopped, not terminated, and started
+again, not launched anew, when a plan wants their type.
+
+A launch serves only after its boot (minutes on EC2: the image, the runtime, the model).
+A stopped instance keeps its volume, and with it everything the boot installed, so a start
+serves in seconds (EC2 Auto Scaling's warm pools rest on the same fact). What it costs is
+its volume while stopped (EBS bills a stopped instance's storage, never its compute).
+
+The rules, all pure:
+
+* **stop or terminate** (``keeps_warm``): a retired on-demand serving or backup instance is
+  stopped when a start is faster than a launch; spot instances are terminated (a one-time
+  spot request cannot be stopped);
+* **how long a stopped instance is kept** (``hold_s``): while the volume has cost less
+  than what one start saves over a launch, the instance's price for the boot seconds a
+  start spares. Past that it is terminated. Keeping it longer could cost more than
+  launching anew; ending it sooner could throw away a start that would have paid. Waiting
+  exactly the break-even time never costs more than twice the better choice in hindsight
+  (the ski-rental rule, as the cool-down);
+* **start before launch** (``warm_step``): a launch the plan wants of an on-demand type
+  starts that type's stopped instances first, newest stopped first, and launches only
+  the rest;
+* **cool-down** (``cooldown_s``): an instance that will be stopped costs one start, not one
+  boot, to have back, so it is retired once it has gone a start's time unwanted (the
+  billing minimum still holds it for its first 60 s);
+* **when a started one serves** (``ready_at``): its start time plus the start, which the
+  planner counts as it counts a booting launch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from provisioner.control_state import (
+    SERVING_ROLES,
+    Launch,
+    Member,
+    Note,
+    WarmPoolConfig,
+    WarmState,
+)
+
+
+def keeps_warm(m: Member, boot_s: float, cfg: WarmPoolConfig | None) -> bool:
+    """Whether ``m``, once the plan retires it, is stopped into the pool."""
+    return (
+        cfg is not None
+        and m.market == "on-demand"
+        and m.role in SERVING_ROLES
+        and hold_s(m.price_per_hour, boot_s, cfg) > 0.0
+    )
+
+
+def hold_s(price_per_hour: float, boot_s: float, cfg: WarmPoolConfig) -> float:
+    """How long a stopped instance is kept: until its volume has cost what one start saves
+    over a launch (the instance's price for the ``boot_s − start_s`` it spares); 0 where a
+    start is no faster, unbounded where the volume is free."""
+    saved = price_per_hour * max(0.0, boot_s - cfg.start_s) / 3600.0
+    if saved <= 0.0:
+        return 0.0
+    if cfg.ebs_per_hour <= 0.0:
+        return math.inf
+    return 3600.0 * saved / cfg.ebs_per_hour
+
+
+def cooldown_s(cfg: WarmPoolConfig) -> float:
+    """The cool-down of an instance that will be stopped: one start (the ski-rental rule,
+    with a start as the price of having it back)."""
+    return cfg.start_s
+
+
+def ready_at(m: Member, boot_s: float, warm: WarmState, cfg: WarmPoolConfig | None) -> float:
+    """When ``m`` serves: its start plus the start time if started out of the pool, else its
+    launch plus the boot."""
+    started = warm.started_at.get(m.instance_id)
+    if started is None or cfg is None:
+        return m.launched_at + boot_s
+    return started + cfg.start_s
+
+
+def serving_from(m: Member, warm: WarmState) -> float:
+    """When ``m``'s current run began: its start out of the pool, else its launch (EC2
+    reports a restarted instance's ``LaunchTime`` as its last start; moto does not)."""
+    return max(m.launched_at, warm.started_at.get(m.instance_id, -math.inf))
+
+
+@dataclass(frozen=True)
+class WarmStep:
+    """What the pool makes of a step's launches and retirements."""
+
+    start: tuple[str, ...]
+    """Stopped instances to start instead of launching."""
+    launches: tuple[Launch, ...]
+    """The launches still wanted once the starts are counted."""
+    stop: tuple[str, ...]
+    """Retired instances to stop into the pool."""
+    terminate: tuple[str, ...]
+    """Retired instances that are not kept, and stopped ones held past ``hold_s``."""
+    notes: tuple[Note, ...]
+    state: WarmState
+    """The next state, once the starts and stops are carried out."""
+
+
+def pooled(mine: Sequence[Member]) -> list[Member]:
+    """The model's stopped serving instances: the pool."""
+    return [
+        m
+        for m in mine
+        if m.role in SERVING_ROLES and m.market == "on-demand" and m.state == "stopped"
+    ]
+
+
+def warm_step(
+    mine: Sequence[Member],
+    now: float,
+    launches: Sequence[Launch],
+    retire: Sequence[str],
+    boot_s: float,
+    cfg: WarmPoolConfig | None,
+    warm: WarmState,
+) -> WarmStep:
+    """Starts for launches, stops for retirements, and the pool's expired instances ended.
+
+    ``mine`` is the model's instances as listed now; ``launches`` and ``retire`` what the
+    plan, the guards and the rails decided. Without a pool (``cfg`` None) everything
+    retired is terminated, and what an earlier configuration left stopped is ended.
+    """
+    by_id = {m.instance_id: m for m in mine}
+    pool = pooled(mine)
+    stopped_at = {
+        m.instance_id: warm.stopped_at.get(m.instance_id, now) for m in pool
+    }  # one stopped outside the pool's knowledge (a restart lost it) is counted from now
+    started_at = {
+        i: t
+        for i, t in warm.started_at.items()
+        if i in by_id and by_id[i].live and now < t + boot_s
+    }
+    notes: list[Note] = []
+    expired = [
+        m.instance_id
+        for m in pool
+        if cfg is None or now - stopped_at[m.instance_id] >= hold_s(m.price_per_hour, boot_s, cfg)
+    ]
+    if expired:
+        notes.append(
+            Note(
+                "warm-expired",
+                "stopped past the break-even of its volume against the boot a start "
+                "spares: terminated",
+                count=len(expired),
+            )
+        )
+    available = _available(pool, stopped_at, set(expired))
+    start, out, taken = _take(available, launches)
+    notes += taken
+    stop = tuple(i for i in retire if i in by_id and keeps_warm(by_id[i], boot_s, cfg))
+    terminate = (*(i for i in retire if i not in stop), *expired)
+    for i in start:
+        started_at[i] = now
+    kept = {i: t for i, t in stopped_at.items() if i not in expired and i not in start}
+    kept.update({i: now for i in stop})
+    return WarmStep(
+        tuple(start),
+        tuple(out),
+        stop,
+        tuple(terminate),
+        tuple(notes),
+        WarmState(kept, started_at),
+    )
+
+
+def backup_starts(
+    mine: Sequence[Member],
+    now: float,
+    launch: Launch,
+    boot_s: float,
+    cfg: WarmPoolConfig | None,
+    warm: WarmState,
+) -> tuple[tuple[str, ...], Launch | None, tuple[Note, ...], WarmState]:
+    """The SLO monitor's backups started out of the pool where it holds their type: the
+    ids to start, the launch still wanted (None: none), notes, and the next state. The
+    pool's expiries are the planning step's, not this one's."""
+    pool = pooled(mine)
+    if cfg is None or not pool:
+        return (), launch, (), warm
+    stopped_at = {m.instance_id: warm.stopped_at.get(m.instance_id, now) for m in pool}
+    expired = {
+        m.instance_id
+        for m in pool
+        if now - stopped_at[m.instance_id] >= hold_s(m.price_per_hour, boot_s, cfg)
+    }
+    start, out, notes = _take(_available(pool, stopped_at, expired), [launch])
+    state = WarmState(
+        {i: t for i, t in warm.stopped_at.items() if i not in start},
+        {**warm.started_at, **dict.fromkeys(start, now)},
+    )
+    return tuple(start), (out[0] if out else None), tuple(notes), state
+
+
+def _available(
+    pool: Sequence[Member], stopped_at: Mapping[str, float], expired: Collection[str]
+) -> dict[tuple[str, str], list[str]]:
+    """The pool per offering, newest stopped first (its volume has cost least)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for m in sorted(pool, key=lambda m: (-stopped_at[m.instance_id], m.instance_id)):
+        if m.instance_id not in expired:
+            out.setdefault(m.key, []).append(m.instance_id)
+    return out
+
+
+def _take(
+    available: dict[tuple[str, str], list[str]], launches: Sequence[Launch]
+) -> tuple[list[str], list[Launch], list[Note]]:
+    """Each launch served from ``available`` first (taken out of it): the ids to start,
+    the launches left, a note per launch that took any."""
+    start: list[str] = []
+    out: list[Launch] = []
+    notes: list[Note] = []
+    for a in launches:
+        free = available.get(a.key, []) if a.role in SERVING_ROLES else []
+        took, available[a.key] = free[: a.count], free[a.count :]
+        start += took
+        if took:
+            why = f" ({a.reason})" if a.reason else ""
+            notes.append(
+                Note(
+                    "warm-start",
+                    f"{len(took)} stopped {a.instance_type} started instead of launched{why}",
+                    a.instance_type,
+                    a.market,
+                    len(took),
+                )
+            )
+        if a.count > len(took):
+            out.append(
+                Launch(a.model, a.instance_type, a.market, a.count - len(took), a.role, a.reason)
+            )
+    return start, out, notes

@@ -1,0 +1,151 @@
+"""The warm pool carried out by the controller the daemon and the simulator run: retired
+instances are drained and stopped, the load's return starts them (no launch), the ledger
+bills each run, a restart keeps the pool's clock, and past its hold an instance ends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from bouncer.latency import BatchLatency
+from mark.catalog import Market, load_catalog
+from mark.clock import ManualClock
+from mark.config import load_settings
+from mark.control import Controller, build_options
+from mark.ports import InstanceState
+from mark.sim.fleet import SimFleet
+from mark.state import ArrivalWindow, open_store
+from provisioner.control_state import WarmPoolConfig
+from provisioner.warm_pool import hold_s
+
+T0 = 1_700_000_000.0
+BOOT = 90.0
+
+
+class _Draining:
+    def __init__(self) -> None:
+        self.retired: list[list[str]] = []
+        self.kept: list[list[str]] = []
+
+    async def retire(self, instance_ids: Sequence[str]) -> None:
+        self.retired.append(sorted(instance_ids))
+
+    def keep(self, instance_ids: Sequence[str]) -> None:
+        self.kept.append(sorted(instance_ids))
+
+
+async def test_retired_instances_wait_stopped_and_start_when_the_load_returns(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings(
+        overrides={
+            "offerings": {"types": ["c5.large"], "markets": ["on-demand"], "volume_gb": 8},
+            "timings": {"warm_start_s": 20},
+        }
+    )
+    spec = settings.models[0]
+    catalog = load_catalog()
+    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+    options = build_options(spec, catalog, ["c5.large"], [Market.ON_DEMAND], lat, BOOT)
+    clock = ManualClock(T0)
+    fleet = SimFleet(catalog, clock.now, boot_delay_s=lambda _t: BOOT)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    rate = 3 * options[0].capacity_rps
+
+    async def load(at: float, r: float, minutes: int = 60) -> None:
+        n = minutes * 12
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, at - 5 * n + 5 * k, 5.0, int(r * 5)) for k in range(n)]
+        )
+
+    try:
+        await load(T0, rate)
+        ctl = Controller(
+            settings, fleet, store, {spec.name: options}, boot_s=BOOT, cluster="c", holder="a"
+        )
+        await ctl.adopt(clock.now())
+        drained = _Draining()
+        ctl.draining = drained
+        (first,) = await ctl.step(clock.now())
+        bought = sorted(i.instance_id for i in first.launched)
+        assert len(bought) >= 2
+
+        # The load stops: past the billing minimum and a start's cool-down they are drained
+        # and stopped, not terminated.
+        clock.advance(3600)
+        (idle,) = await ctl.step(clock.now())
+        assert idle.retired == [] and sorted(idle.stopped) == bought
+        assert drained.retired == [bought]
+        states = {i.instance_id: i.state for i in await fleet.list()}
+        assert {states[i] for i in bought} == {InstanceState.STOPPED}
+        ledger = await store.ledger(model=spec.name)
+        assert sorted(str(e.instance_id) for e in ledger) == bought  # each run billed at its stop
+        assert all(e.end == T0 + 3600 for e in ledger)
+
+        # A restart keeps when each was stopped (the hold runs on).
+        await ctl.resign()
+        ctl2 = Controller(
+            settings, fleet, store, {spec.name: options}, boot_s=BOOT, cluster="c", holder="b"
+        )
+        await ctl2.adopt(clock.now())
+        assert ctl2.state.warm.stopped_at == dict.fromkeys(bought, T0 + 3600)
+        ctl2.draining = drained
+
+        # The load returns: the stopped ones start, nothing is launched, and the request
+        # path may send to them again.
+        clock.advance(600)
+        await load(clock.now(), rate, minutes=10)
+        (back,) = await ctl2.step(clock.now())
+        assert back.launched == [] and sorted(back.started) == bought
+        assert drained.kept == [bought]
+        states = {i.instance_id: i.state for i in await fleet.list()}
+        assert {states[i] for i in bought} == {InstanceState.PENDING}
+        plan = (await store.plans(spec.name))[0]
+        assert "warm-start" in [d.action for d in plan.decisions]
+
+        # Stopped again, then held past the break-even of their volume: terminated.
+        clock.advance(3600)
+        (again,) = await ctl2.step(clock.now())
+        assert sorted(again.stopped) == bought
+        warm = WarmPoolConfig(20.0, 8 * catalog.ebs_gb_month * 3600 / (730 * 3600))
+        held = hold_s(catalog.offering("c5.large", Market.ON_DEMAND).price_per_hour, BOOT, warm)
+        assert held == pytest.approx(3600 * (0.085 * 70 / 3600) / (8 * 0.08 / 730))
+        clock.advance(held + 1)
+        (ended,) = await ctl2.step(clock.now())
+        assert sorted(ended.retired) == bought
+        assert {i.instance_id for i in await fleet.list()} == set()
+        ledger = await store.ledger(model=spec.name)
+        assert len(ledger) == 2 * len(bought)  # two runs each, nothing billed while stopped
+    finally:
+        await store.close()
+
+
+async def test_without_a_warm_start_retired_instances_are_terminated(tmp_path: Path) -> None:
+    settings = load_settings(
+        overrides={"offerings": {"types": ["c5.large"], "markets": ["on-demand"]}}
+    )
+    spec = settings.models[0]
+    assert settings.timings.warm_start_s is None  # off unless configured
+    catalog = load_catalog()
+    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+    options = build_options(spec, catalog, ["c5.large"], [Market.ON_DEMAND], lat, BOOT)
+    clock = ManualClock(T0)
+    fleet = SimFleet(catalog, clock.now, boot_delay_s=lambda _t: BOOT)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        rate = 3 * options[0].capacity_rps
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 - 3600 + 5 * k, 5.0, int(rate * 5)) for k in range(720)]
+        )
+        ctl = Controller(settings, fleet, store, {spec.name: options}, boot_s=BOOT)
+        (first,) = await ctl.step(clock.now())
+        clock.advance(3600)
+        (idle,) = await ctl.step(clock.now())
+        assert idle.stopped == [] and sorted(idle.retired) == sorted(
+            i.instance_id for i in first.launched
+        )
+        assert await fleet.list() == []
+    finally:
+        await store.close()

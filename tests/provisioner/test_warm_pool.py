@@ -1,0 +1,152 @@
+"""The warm pool's rules, pure: stop or terminate, the ski-rental hold, start before
+launch, a start's cool-down and readiness; and the planning step that uses them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from provisioner.control_state import (
+    ControlState,
+    Launch,
+    Member,
+    Snapshot,
+    StepConfig,
+    WarmPoolConfig,
+    WarmState,
+)
+from provisioner.greedy import PlannerOption
+from provisioner.guards import GuardConfig
+from provisioner.health_step import HealthConfig, HealthFact, health_step
+from provisioner.step import plan_step
+from provisioner.warm_pool import hold_s, keeps_warm, ready_at, warm_step
+
+SMALL = PlannerOption("c5.large", "on-demand", 0.085, 10.0, latency_s=0.01)
+SPOT = PlannerOption("c5.large", "spot", 0.03, 10.0, latency_s=0.01)
+WARM = WarmPoolConfig(start_s=20.0, ebs_per_hour=8 * 0.08 / 730)  # 8 GB of gp3
+BOOT = 120.0
+CFG = StepConfig(
+    step_s=60.0,
+    tau_steps=2,
+    boot_s=BOOT,
+    window_steps=5,
+    guard=GuardConfig(cooldown_s=BOOT, billing_minimum_s=60.0),
+    warm=WARM,
+)
+RT = 0.1
+
+
+def inst(iid: str, state: str = "ready", at: float = 0.0, opt: PlannerOption = SMALL) -> Member:
+    return Member(iid, "m", opt.instance_type, opt.market, "serving", state, at, opt.price_per_hour)
+
+
+def snap(rate: float, now: float, fleet: tuple[Member, ...]) -> Snapshot:
+    return Snapshot("m", now, (rate,) * 5, rate, (SMALL,), fleet)
+
+
+def test_the_hold_is_the_break_even_of_the_volume_against_the_boot_a_start_spares() -> None:
+    # c5.large: $0.085/h × 100 s spared = $0.00236; 8 GB at $0.08/GB-month = $0.000877/h.
+    expected_h = (0.085 * 100 / 3600) / (8 * 0.08 / 730)
+    assert hold_s(0.085, BOOT, WARM) == pytest.approx(expected_h * 3600)
+    assert 2.6 < expected_h < 2.8
+    assert hold_s(0.085, 20.0, WARM) == 0.0  # a start no faster than a launch: never kept
+    assert hold_s(0.085, BOOT, replace(WARM, ebs_per_hour=0.0)) == math.inf
+
+
+def test_only_on_demand_serving_instances_are_kept_warm() -> None:
+    assert keeps_warm(inst("a"), BOOT, WARM)
+    assert not keeps_warm(inst("s", opt=SPOT), BOOT, WARM)  # a spot request cannot stop
+    assert not keeps_warm(replace(inst("x"), role="explore"), BOOT, WARM)
+    assert not keeps_warm(inst("a"), BOOT, None)
+
+
+def test_launches_start_stopped_instances_first_newest_stopped_first() -> None:
+    pool = (inst("old", "stopped"), inst("new", "stopped"), inst("busy"))
+    warm = WarmState({"old": 100.0, "new": 200.0})
+    want = [Launch("m", "c5.large", "on-demand", 3, "serving", "load")]
+    step = warm_step(pool, 300.0, want, (), BOOT, WARM, warm)
+    assert step.start == ("new", "old")
+    assert step.launches == (Launch("m", "c5.large", "on-demand", 1, "serving", "load"),)
+    assert step.state.started_at == {"new": 300.0, "old": 300.0}
+    assert step.state.stopped_at == {}
+    one = warm_step(pool, 300.0, [replace(want[0], count=1)], (), BOOT, WARM, warm)
+    assert one.start == ("new",) and one.launches == () and one.state.stopped_at == {"old": 100.0}
+    spot = warm_step(pool, 300.0, [replace(want[0], market="spot")], (), BOOT, WARM, warm)
+    assert spot.start == () and spot.launches == (replace(want[0], market="spot"),)
+
+
+def test_retired_on_demand_instances_stop_spot_ones_terminate() -> None:
+    fleet = (inst("a"), inst("s", opt=SPOT))
+    step = warm_step(fleet, 500.0, (), ("a", "s"), BOOT, WARM, WarmState())
+    assert step.stop == ("a",) and step.terminate == ("s",)
+    assert step.state.stopped_at == {"a": 500.0}
+    off = warm_step(fleet, 500.0, (), ("a", "s"), BOOT, None, WarmState())
+    assert off.stop == () and set(off.terminate) == {"a", "s"}
+
+
+def test_a_stopped_instance_is_terminated_once_held_past_the_break_even() -> None:
+    held = hold_s(SMALL.price_per_hour, BOOT, WARM)
+    pool = (inst("a", "stopped"),)
+    warm = WarmState({"a": 1000.0})
+    kept = warm_step(pool, 1000.0 + held - 1.0, (), (), BOOT, WARM, warm)
+    assert kept.terminate == () and kept.state.stopped_at == {"a": 1000.0}
+    ended = warm_step(pool, 1000.0 + held, (), (), BOOT, WARM, warm)
+    assert ended.terminate == ("a",) and ended.state.stopped_at == {}
+    assert [n.action for n in ended.notes] == ["warm-expired"]
+    # The pool switched off: what it left stopped is ended at once.
+    assert warm_step(pool, 1001.0, (), (), BOOT, None, warm).terminate == ("a",)
+    # One stopped that the state does not know (a restart lost it) is held from now.
+    lost = warm_step(pool, 5000.0, (), (), BOOT, WARM, WarmState())
+    assert lost.terminate == () and lost.state.stopped_at == {"a": 5000.0}
+
+
+def test_a_started_instance_serves_a_start_after_its_start_not_a_boot() -> None:
+    m = inst("a", "running", at=0.0)
+    assert ready_at(m, BOOT, WarmState(started_at={"a": 1000.0}), WARM) == 1020.0
+    assert ready_at(m, BOOT, WarmState(), WARM) == BOOT
+
+
+def test_the_step_stops_after_a_start_s_cool_down_and_starts_before_launching() -> None:
+    fleet = (inst("a"), inst("b"))
+    s1 = plan_step(snap(15.0, 1000.0, fleet), ControlState(), CFG, RT)  # both wanted
+    assert s1.stop == () and s1.retire == ()
+    s2 = plan_step(snap(5.0, 1060.0, fleet), s1.state, CFG, RT)  # one unwanted for 60 s
+    assert len(s2.stop) == 1 and s2.retire == ()  # past a start's 20 s: stopped, not ended
+    (stopped,) = s2.stop
+    assert s2.state.warm.stopped_at == {stopped: 1060.0}
+    fleet2 = tuple(replace(m, state="stopped") if m.instance_id == stopped else m for m in fleet)
+    s3 = plan_step(snap(25.0, 1120.0, fleet2), s2.state, CFG, RT)  # wants 3: start 1, launch 2
+    assert s3.start == (stopped,)
+    assert [(a.instance_type, a.count) for a in s3.launches] == [("c5.large", 1)]
+    assert s3.state.warm.started_at == {stopped: 1120.0}
+    assert "warm-start" in [n.action for n in s3.notes]
+    # The started one counts: nothing more is launched for the same load.
+    fleet3 = tuple(replace(m, state="running") if m.instance_id == stopped else m for m in fleet2)
+    s4 = plan_step(snap(15.0, 1180.0, fleet3), s3.state, CFG, RT)
+    assert s4.launches == () and s4.start == ()
+
+
+def test_without_the_pool_the_step_terminates_after_the_full_cool_down() -> None:
+    cfg = replace(CFG, warm=None)
+    fleet = (inst("a"), inst("b"))
+    s1 = plan_step(snap(15.0, 1000.0, fleet), ControlState(), cfg, RT)
+    s2 = plan_step(snap(5.0, 1060.0, fleet), s1.state, cfg, RT)
+    assert s2.stop == () and s2.retire == ()  # cooling down for the boot time
+    s3 = plan_step(snap(5.0, 1120.0, fleet), s2.state, cfg, RT)
+    assert s3.stop == () and len(s3.retire) == 1
+
+
+def test_a_started_instance_s_boot_deadline_runs_from_its_start() -> None:
+    # moto keeps the first launch time across a stop and start: the deadline must not.
+    m = inst("a", "running", at=0.0)
+    cfg = HealthConfig(boot_deadline_s=360.0, unhealthy_after_s=15.0)
+    started = ControlState(warm=WarmState(started_at={"a": 5000.0}))
+    change, _, _ = health_step(snap(1.0, 5100.0, (m,)), started, {}, cfg, 0.0)
+    assert change is None
+    change, notes, _ = health_step(snap(1.0, 5360.0, (m,)), started, {"a": HealthFact()}, cfg, 0.0)
+    assert change is not None and change.instance_ids == ("a",)
+    assert "360 s after launch or start" in notes[0].reason
+    stale, _, _ = health_step(snap(1.0, 5100.0, (m,)), ControlState(), {}, cfg, 0.0)
+    assert stale is not None  # without the start known, judged from its launch
