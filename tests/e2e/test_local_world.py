@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -234,6 +235,114 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
         assert results, "no request was sent"
         for k, out in results:  # every request got the right answer
             assert np.allclose(out, expected[k], atol=1e-4)
+    finally:
+        await stop(run)
+    assert left_behind(os.getpid(), children_before) == []
+
+
+@pytest.mark.slow
+async def test_a_retired_instance_waits_stopped_and_serves_again_when_the_load_returns(
+    tmp_path: Path, children_before: frozenset[int]
+) -> None:
+    """The warm pool in the local world: moto stops and starts the instance, its agent goes
+    and comes back, the request path drains it and then sends to it again, and every
+    request is answered right; the controller steps by hand, on the wall clock (its own
+    loop steps once at the start, with no load)."""
+    settings = load_settings(
+        overrides={
+            "data_dir": str(tmp_path),
+            "api": {"port": 0},
+            "offerings": {"types": ["c5.large"], "markets": ["on-demand"]},
+            "predictor": {"model": "last"},
+            # A launch boots 5 s here and a start 1 s: stopping pays (provisioner.warm_pool).
+            "local": {"boot_delay_s": 5, "lambda_concurrency": 2},
+            # The loop's own steps an hour apart, none early: the test steps by hand.
+            "timings": {
+                "warm_start_s": 1,
+                "billing_minimum_s": 0,
+                "update_period_s": 3600,
+                "early_steps": False,
+            },
+        }
+    )
+    run = await start(_spill_everything(settings))
+    try:
+        fleet = run.world.fleet
+        ctl = run.controller
+        dispatcher = run.models["digits"].dispatcher
+        assert fleet is not None and ctl is not None and dispatcher is not None
+        (inst,) = await fleet.launch(LaunchRequest("digits", "c5.large", Market.ON_DEMAND))
+        iid = inst.instance_id
+
+        async def until(
+            what: str, ok: Callable[[], Awaitable[bool]], limit_s: float = 90.0
+        ) -> None:
+            deadline = time.monotonic() + limit_s
+            while not await ok():
+                if time.monotonic() > deadline:
+                    why = "\n".join(
+                        f"{d.at:.1f} {d.action} {d.instance_id}: {d.reason[:160]}"
+                        for d in await run.store.decisions(0, 1e12)
+                    )
+                    raise AssertionError(f"{what}; decisions:\n{why}")
+                await asyncio.sleep(0.5)
+
+        async def serving() -> bool:
+            return iid in dispatcher.backends
+
+        async def state() -> InstanceState:
+            return next(i.state for i in await fleet.list() if i.instance_id == iid)
+
+        async def stopped() -> bool:
+            return await state() is InstanceState.STOPPED and iid not in dispatcher.backends
+
+        await until("the agent never came up", serving)
+        from mark.cloud.local.world import LocalWorld
+
+        assert isinstance(run.world, LocalWorld)
+        # No load: the plan wants nothing, and past a start's cool-down it is stopped.
+        await asyncio.sleep(1.5)
+        (idle,) = await ctl.step(time.time())
+        assert idle.stopped == [iid] and idle.retired == [], idle
+        await until("the instance never stopped", stopped)
+
+        x, _ = load_digits_tensors()
+        images = x[:32].numpy()
+        expected = ModelRunner(run.world.models["digits"].source).run(images)
+        answers: list[tuple[int, list[float], str]] = []
+        done = asyncio.Event()
+        key = {"Authorization": f"Bearer {await admin_key(run)}"}  # to see X-Mark-Served-By
+
+        async def load() -> None:
+            async with aiohttp.ClientSession(headers=key) as session:
+                i = 0
+                while not done.is_set():
+                    k = i % len(images)
+                    body = {"instances": [images[k].tolist()]}
+                    async with session.post(f"{run.url}/v1/models/digits:predict", json=body) as r:
+                        assert r.status == 200, await r.text()
+                        out = (await r.json())["predictions"][0]
+                        answers.append((k, out, r.headers[SERVED_BY_HEADER]))
+                    i += 1
+                    await asyncio.sleep(0.02)
+
+        loader = asyncio.create_task(load())
+        try:
+            await asyncio.sleep(2 * settings.timings.sample_window_s + 1)  # windows stored
+            await ctl.step(time.time())
+            await until("the started instance never served again", serving)
+            await until(
+                "no request reached the started instance",
+                lambda: asyncio.sleep(0, any(w == iid for *_, w in answers[-20:])),
+            )
+        finally:
+            done.set()
+            await loader
+        for k, out, _ in answers:  # every request answered, right, by Lambda or the instance
+            assert np.allclose(out, expected[k], atol=1e-4)
+        actions = [d.action for d in await run.store.decisions(0, 1e12)]
+        assert "retire-warm" in actions and "warm-start" in actions
+        assert [i.instance_id for i in await fleet.list()] == [iid]  # nothing launched anew
     finally:
         await stop(run)
     assert left_behind(os.getpid(), children_before) == []
