@@ -109,6 +109,9 @@ class StepConfig:
     persisting_floor: bool = True
     """Raise the forecast to the load that has held long enough to buy for
     (``provisioner.persisting_load``)."""
+    warm_tau_steps: int | None = None
+    """τ while the warm pool holds an instance of the model (a start's lead, not a
+    launch's); None: ``tau_steps`` always (no pool, or τ configured)."""
     warm: WarmPoolConfig | None = None
     """Stop retired on-demand instances into a pool and start them for later launches
     (``provisioner.warm_pool``); None: terminate them."""

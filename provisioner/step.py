@@ -141,7 +141,7 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         options,
         slo_s=rt_max_s,
         step_s=cfg.step_s,
-        tau_steps=cfg.tau_steps,
+        tau_steps=lead_steps(snap, cfg),
     )
     decision, guards = apply_guards(
         RawDecision.from_plan(plan),
@@ -202,6 +202,15 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         warm.start,
         warm.stop,
     )
+
+
+def lead_steps(snap: Snapshot, cfg: StepConfig) -> int:
+    """τ: how many steps ahead this step buys. While the warm pool holds an instance of the
+    model, capacity comes a start after it is wanted, so the plan buys for the nearer
+    forecast (``warm_tau_steps``); else a launch's boot ahead (``tau_steps``)."""
+    if cfg.warm_tau_steps is not None and pooled(snap.mine()):
+        return cfg.warm_tau_steps
+    return cfg.tau_steps
 
 
 def buy_after_s(snap: Snapshot, cfg: StepConfig, options: Sequence[PlannerOption]) -> float:

@@ -184,7 +184,8 @@ class Timings(_Strict):
         ge=0,
         description="τ: provision for the load τ ahead; default the boot time, from when an "
         "instance launched now serves (the paper's 300 s planned past a 120 s boot for a "
-        "forecast 3 minutes staler than needed)",
+        "forecast 3 minutes staler than needed), and with warm_start_s, a start's while "
+        "the warm pool holds an instance",
     )
     cooldown_s: float | None = Field(
         default=None,

@@ -67,6 +67,9 @@ def step_config(
     return StepConfig(
         step_s=t.update_period_s,
         tau_steps=t.lead_steps(boot_s),
+        warm_tau_steps=None
+        if t.warm_start_s is None or t.lead_time_s is not None
+        else t.lead_steps(t.warm_start_s),
         boot_s=boot_s,
         window_steps=t.window_steps,
         guard=GuardConfig(

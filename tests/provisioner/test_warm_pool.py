@@ -150,3 +150,18 @@ def test_a_started_instance_s_boot_deadline_runs_from_its_start() -> None:
     assert "360 s after launch or start" in notes[0].reason
     stale, _, _ = health_step(snap(1.0, 5100.0, (m,)), ControlState(), {}, cfg, 0.0)
     assert stale is not None  # without the start known, judged from its launch
+
+
+def test_while_the_pool_holds_an_instance_the_plan_buys_a_start_ahead_not_a_boot() -> None:
+    from provisioner.step import lead_steps
+
+    cfg = replace(CFG, warm_tau_steps=1)
+    running = snap(10.0, 1000.0, (inst("a"),))
+    assert lead_steps(running, cfg) == 2  # nothing stopped: a launch's boot ahead
+    pooled = snap(10.0, 1000.0, (inst("a"), inst("b", "stopped")))
+    assert lead_steps(pooled, cfg) == 1
+    assert lead_steps(pooled, CFG) == 2  # no warm τ (τ configured, or no pool)
+    # Ahead of a rise two steps out, only the nearer plan waits for it: τ 2 buys now.
+    rising = replace(pooled, forecast=(5.0, 5.0, 25.0, 25.0, 25.0))
+    assert plan_step(rising, ControlState(), CFG, RT).start == ("b",)
+    assert plan_step(rising, ControlState(), cfg, RT).start == ()
