@@ -66,6 +66,9 @@ class WarmPoolConfig:
     """A stopped instance's start to serving (``timings.warm_start_s``)."""
     ebs_per_hour: float
     """What one stopped instance's volume costs an hour ($; size × the gp3 price)."""
+    cooldown_s: float | None = None
+    """The cool-down of an instance that will be stopped: ``timings.cooldown_s`` where it
+    is configured; None: one start (``provisioner.warm_pool.cooldown_s``)."""
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,7 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         options,
         slo_s=rt_max_s,
         step_s=cfg.step_s,
-        tau_steps=lead_steps(snap, cfg),
+        tau_steps=lead_steps(snap, cfg, target, mine, options),
     )
     decision, guards = apply_guards(
         RawDecision.from_plan(plan),
@@ -204,13 +204,26 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
     )
 
 
-def lead_steps(snap: Snapshot, cfg: StepConfig) -> int:
-    """τ: how many steps ahead this step buys. While the warm pool holds an instance of the
-    model, capacity comes a start after it is wanted, so the plan buys for the nearer
-    forecast (``warm_tau_steps``); else a launch's boot ahead (``tau_steps``)."""
-    if cfg.warm_tau_steps is not None and pooled(snap.mine()):
-        return cfg.warm_tau_steps
-    return cfg.tau_steps
+def lead_steps(
+    snap: Snapshot,
+    cfg: StepConfig,
+    target: Sequence[float],
+    counted: Sequence[Member],
+    options: Sequence[PlannerOption],
+) -> int:
+    """τ: how many steps ahead this step buys. Where the warm pool and the fleet together
+    carry the load planned up to a boot ahead, whatever is wanted comes a start after it
+    is wanted, so the plan buys for the nearer forecast (``warm_tau_steps``); else some
+    of it must be launched, and serves a boot after: a boot ahead (``tau_steps``)."""
+    if cfg.warm_tau_steps is None:
+        return cfg.tau_steps
+    pool = pooled(snap.mine())
+    if not pool:
+        return cfg.tau_steps
+    rated = {o.key: o.capacity_rps for o in options}
+    carried = sum(rated.get(m.key, 0.0) for m in (*counted, *pool))
+    ahead = max(target[: cfg.tau_steps + 1], default=0.0)
+    return cfg.warm_tau_steps if ahead <= carried else cfg.tau_steps
 
 
 def buy_after_s(snap: Snapshot, cfg: StepConfig, options: Sequence[PlannerOption]) -> float:

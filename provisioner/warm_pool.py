@@ -67,8 +67,8 @@ def hold_s(price_per_hour: float, boot_s: float, cfg: WarmPoolConfig) -> float:
 
 def cooldown_s(cfg: WarmPoolConfig) -> float:
     """The cool-down of an instance that will be stopped: one start (the ski-rental rule,
-    with a start as the price of having it back)."""
-    return cfg.start_s
+    with a start as the price of having it back), unless one is configured."""
+    return cfg.start_s if cfg.cooldown_s is None else cfg.cooldown_s
 
 
 def ready_at(m: Member, boot_s: float, warm: WarmState, cfg: WarmPoolConfig | None) -> float:
@@ -143,15 +143,16 @@ def warm_step(
         for m in pool
         if cfg is None or now - stopped_at[m.instance_id] >= hold_s(m.price_per_hour, boot_s, cfg)
     ]
-    if expired:
-        notes.append(
-            Note(
-                "warm-expired",
-                "stopped past the break-even of its volume against the boot a start "
-                "spares: terminated",
-                count=len(expired),
-            )
+    notes += [
+        Note(
+            "warm-expired",
+            "stopped past the break-even of its volume against the boot a start spares: terminated",
+            by_id[i].instance_type,
+            by_id[i].market,
+            instance_id=i,
         )
+        for i in expired
+    ]
     available = _available(pool, stopped_at, set(expired))
     start, out, taken = _take(available, launches)
     notes += taken

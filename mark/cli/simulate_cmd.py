@@ -340,12 +340,12 @@ def simulate(
         "ski-rental rule)",
     ),
     warm_pool: bool = typer.Option(
-        False,
+        True,
         "--warm-pool/--no-warm-pool",
         help="mark policies: stop retired on-demand instances into a warm pool and start "
-        "them (a stopped start, 20 s) before launching their type anew (120 s); each is "
+        "them (a stopped start, 20 s) before launching their type anew (the boot); each is "
         "kept while its volume costs less than the boot a start spares (the daemon's "
-        "timings.warm_start_s)",
+        "default, timings.warm_start_s; --no-warm-pool: terminated)",
     ),
     volume_gb: float = typer.Option(
         8.0,

@@ -30,10 +30,14 @@ WARN_REPEAT_S = 600.0
 logged again (still recorded and counted): a model held at its bound or rail for hours
 would otherwise warn every step. Not keyed by the text: it carries this step's numbers
 (the count held back, the forecast clipped), which change from step to step."""
-LAUNCHES = frozenset({"launch", "backup", "launch-standby", "explore"})
-"""Decisions that launched instances (``Reconciler.launch``'s notes), by role."""
-RETIREMENTS = frozenset({"retire", "replace-unhealthy", "retire-orphan", "explore-done"})
-"""Decisions that terminate an instance: cool-down over, unhealthy, orphan, measured."""
+LAUNCHES = frozenset({"launch", "backup", "launch-standby", "explore", "warm-start"})
+"""Decisions that brought instances into service: launched (``Reconciler.launch``'s notes,
+by role) or started out of the warm pool."""
+RETIREMENTS = frozenset(
+    {"retire", "replace-unhealthy", "retire-orphan", "explore-done", "retire-warm", "warm-expired"}
+)
+"""Decisions that took an instance out of service: terminated (cool-down over, unhealthy,
+orphan, measured), stopped into the warm pool, or ended from it."""
 BILLED_STATES = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY})
 STOPPED_STATES = frozenset({InstanceState.STOPPING, InstanceState.STOPPED})
 """States whose last run has ended (EC2 bills a stopping instance's compute no more)."""

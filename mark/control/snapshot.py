@@ -90,7 +90,9 @@ def step_config(
         warm=None
         if t.warm_start_s is None
         else WarmPoolConfig(
-            t.warm_start_s, settings.offerings.volume_gb * ebs_gb_month * 3600.0 / EBS_MONTH_S
+            t.warm_start_s,
+            settings.offerings.volume_gb * ebs_gb_month * 3600.0 / EBS_MONTH_S,
+            t.cooldown_s,
         ),
     )
 

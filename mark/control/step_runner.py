@@ -165,10 +165,12 @@ async def run_plan_step(
         live = [i for i in listed if i.state in LIVE]
         snap = _ready(view(listed, result.forecast, shape), facts)
     assert result is not None
-    retire, held_note = retirements(result.retire, failed)
+    # Stops are retirements too: they wait as terminations do when a launch failed.
+    going, held_note = retirements((*result.retire, *result.stop), failed)
     if held_note is not None:
         notes.append(held_note)
-    stop, _ = retirements(result.stop, failed)
+    retire = tuple(i for i in going if i not in result.stop)
+    stop = tuple(i for i in going if i in result.stop)
     counted = {m.instance_id for m in result.counted}
     infos = {i.instance_id: i for i in everything}
     gone: set[str] = set()
@@ -176,7 +178,13 @@ async def run_plan_step(
         error = await reconciler.stop(stop, drain=True)
         if error is None:
             notes += [
-                Note("retire-warm", "cool-down over; stopped into the warm pool", instance_id=i)
+                Note(
+                    "retire-warm",
+                    "cool-down over; stopped into the warm pool",
+                    infos[i].instance_type,
+                    infos[i].market.value,
+                    instance_id=i,
+                )
                 for i in stop
             ]
             await recorder.bill_stopped(model, [infos[i] for i in stop], now, "warm pool")

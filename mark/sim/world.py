@@ -96,10 +96,10 @@ class SimConfig:
     # mark policies: how long an instance the plan no longer wants stays before it is
     # retired (the daemon's timings.cooldown_s; None: its default, the boot time).
     cooldown_s: float | None = None
-    warm_pool: bool = False
+    warm_pool: bool = True
     """mark policies: retired on-demand instances are stopped into a warm pool and started
-    (``standby_start_s``) before any launch of their type (the daemon's
-    ``timings.warm_start_s``; ``provisioner.warm_pool``)."""
+    (``standby_start_s``) before any launch of their type, as the daemon does by default
+    (``timings.warm_start_s``; ``provisioner.warm_pool``); False: terminated."""
     volume_gb: float = 8.0
     """Each instance's EBS root volume, GB: billed at the catalog's gp3 price while the
     instance is stopped (a standby, or a stopped instance kept to start fast). 8 is the

@@ -56,7 +56,8 @@ async def test_controller_launches_ahead_of_load_and_retires_after_cooldown(
     settings = load_settings(
         overrides={
             "offerings": {"types": ["c5.large", "c5.xlarge"], "markets": ["on-demand"]},
-            "timings": {"cooldown_s": 5000},
+            # Terminated at retirement (the warm pool's stops: test_warm_pool_control).
+            "timings": {"cooldown_s": 5000, "warm_start_s": None},
         }
     )
     spec = settings.models[0]  # RT_max 100 ms

@@ -78,9 +78,10 @@ async def test_a_step_and_its_retirements_are_counted_by_reason_offering_and_cos
 
         clock.advance(3600 + 600)  # the load is gone and the cool-down over: all retire
         (res2,) = await ctl.step(clock.now())
-        assert sorted(res2.retired) == sorted(i.instance_id for i in res.launched)
+        # stopped into the warm pool (the default), counted as retired, billed no more
+        assert sorted(res2.stopped) == sorted(i.instance_id for i in res.launched)
         m = parse_exposition(ctl.prometheus())
-        assert value(m, "mark_retirements_total", reason="retire", **on) == n
+        assert value(m, "mark_retirements_total", reason="retire-warm", **on) == n
         assert value(m, "mark_launches_total", reason="launch", **on) == n  # not again
         assert value(m, "mark_fleet_instances") == 0
         assert value(m, "mark_fleet_cost_per_hour_dollars") == 0

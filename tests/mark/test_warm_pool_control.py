@@ -122,12 +122,18 @@ async def test_retired_instances_wait_stopped_and_start_when_the_load_returns(
         await store.close()
 
 
-async def test_without_a_warm_start_retired_instances_are_terminated(tmp_path: Path) -> None:
+@pytest.mark.parametrize("warm_start_s", [None, 90.0], ids=["off", "no-faster-than-a-boot"])
+async def test_without_a_faster_start_retired_instances_are_terminated(
+    tmp_path: Path, warm_start_s: float | None
+) -> None:
+    assert load_settings().timings.warm_start_s == 20.0  # on by default
     settings = load_settings(
-        overrides={"offerings": {"types": ["c5.large"], "markets": ["on-demand"]}}
+        overrides={
+            "offerings": {"types": ["c5.large"], "markets": ["on-demand"]},
+            "timings": {"warm_start_s": warm_start_s},
+        }
     )
     spec = settings.models[0]
-    assert settings.timings.warm_start_s is None  # off unless configured
     catalog = load_catalog()
     lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
     options = build_options(spec, catalog, ["c5.large"], [Market.ON_DEMAND], lat, BOOT)

@@ -157,10 +157,14 @@ def test_while_the_pool_holds_an_instance_the_plan_buys_a_start_ahead_not_a_boot
 
     cfg = replace(CFG, warm_tau_steps=1)
     running = snap(10.0, 1000.0, (inst("a"),))
-    assert lead_steps(running, cfg) == 2  # nothing stopped: a launch's boot ahead
-    pooled = snap(10.0, 1000.0, (inst("a"), inst("b", "stopped")))
-    assert lead_steps(pooled, cfg) == 1
-    assert lead_steps(pooled, CFG) == 2  # no warm τ (τ configured, or no pool)
+    a, b = inst("a"), inst("b", "stopped")
+    # nothing stopped: a launch's boot ahead
+    assert lead_steps(running, cfg, [10.0] * 5, [a], [SMALL]) == 2
+    pooled = snap(10.0, 1000.0, (a, b))
+    assert lead_steps(pooled, cfg, [20.0] * 5, [a], [SMALL]) == 1  # the pool carries it
+    assert lead_steps(pooled, cfg, [5.0, 5.0, 20.1], [a], [SMALL]) == 2  # it cannot
+    assert lead_steps(pooled, cfg, [5.0, 5.0, 5.0, 30.0], [a], [SMALL]) == 1  # past a boot
+    assert lead_steps(pooled, CFG, [5.0] * 5, [a], [SMALL]) == 2  # no warm τ configured
     # Ahead of a rise two steps out, only the nearer plan waits for it: τ 2 buys now.
     rising = replace(pooled, forecast=(5.0, 5.0, 25.0, 25.0, 25.0))
     assert plan_step(rising, ControlState(), CFG, RT).start == ("b",)

@@ -109,14 +109,15 @@ async def test_a_restarted_controller_adopts_the_fleet_and_launches_nothing_twic
             assert again.launched == [] and again.retired == []
             assert {i.instance_id for i in await fleet.list()} == bought
 
-            # A minute later, with no load at all, the adopted fleet is not retired at
-            # once: it counts as wanted from adoption, so the cool-down starts afresh.
+            # With no load at all, the adopted fleet is not retired at once: it counts as
+            # wanted from adoption, so the cool-down (a start's: they would be stopped
+            # into the warm pool) starts afresh.
             await store.close()
             store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/empty.db", upgrade=True)
             third = Controller(settings, fleet, store, {model: options})
             await third.adopt(now + 60)
-            (idle,) = await third.step(now + 120)
-            assert idle.retired == [] and idle.held
+            (idle,) = await third.step(now + 70)
+            assert idle.retired == [] and idle.stopped == [] and idle.held
     finally:
         await store.close()
 
