@@ -10,7 +10,7 @@ failure is reported and the rest of the step goes on.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from mark.catalog import Market
@@ -128,15 +128,7 @@ class Reconciler:
     async def terminate(self, ids: Sequence[str]) -> str | None:
         """Drain, then terminate; the error text if the cloud refused (the instances
         then serve again)."""
-        if self.draining is not None:
-            await self.draining.retire(ids)
-        try:
-            await self.fleet.terminate(list(ids))
-        except CloudError as exc:
-            if self.draining is not None:
-                self.draining.keep(ids)
-            return str(exc)
-        return None
+        return await self._drained(ids, self.fleet.terminate)
 
     async def start(self, ids: Sequence[str]) -> None:
         """Start stopped instances; the request path may send to them again once they
@@ -152,10 +144,17 @@ class Reconciler:
         if not drain:
             await self.fleet.stop(list(ids))
             return None
+        return await self._drained(ids, self.fleet.stop)
+
+    async def _drained(
+        self, ids: Sequence[str], act: Callable[[list[str]], Awaitable[None]]
+    ) -> str | None:
+        """Drain ``ids``, then ``act`` on them; if the cloud refuses, they serve again and
+        the error's text is returned."""
         if self.draining is not None:
             await self.draining.retire(ids)
         try:
-            await self.fleet.stop(list(ids))
+            await act(list(ids))
         except CloudError as exc:
             if self.draining is not None:
                 self.draining.keep(ids)

@@ -12,12 +12,13 @@ import pytest
 from bouncer.latency import BatchLatency
 from mark.catalog import Market, load_catalog
 from mark.clock import ManualClock
-from mark.config import load_settings
+from mark.config import Settings, load_settings
 from mark.control import Controller, build_options
 from mark.ports import InstanceState
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
 from provisioner.control_state import WarmPoolConfig
+from provisioner.greedy import PlannerOption
 from provisioner.warm_pool import hold_s
 
 T0 = 1_700_000_000.0
@@ -36,21 +37,31 @@ class _Draining:
         self.kept.append(sorted(instance_ids))
 
 
-async def test_retired_instances_wait_stopped_and_start_when_the_load_returns(
-    tmp_path: Path,
-) -> None:
+def _world(
+    timings: dict[str, object],
+) -> tuple[Settings, list[PlannerOption], ManualClock, SimFleet]:
+    """One model on c5.large, a 90 s boot, 8 GB volumes: its settings, options, clock, fleet."""
     settings = load_settings(
         overrides={
             "offerings": {"types": ["c5.large"], "markets": ["on-demand"], "volume_gb": 8},
-            "timings": {"warm_start_s": 20},
+            "timings": timings,
         }
     )
+    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+    catalog = load_catalog()
+    options = build_options(
+        settings.models[0], catalog, ["c5.large"], [Market.ON_DEMAND], lat, BOOT
+    )
+    clock = ManualClock(T0)
+    return settings, options, clock, SimFleet(catalog, clock.now, boot_delay_s=lambda _t: BOOT)
+
+
+async def test_retired_instances_wait_stopped_and_start_when_the_load_returns(
+    tmp_path: Path,
+) -> None:
+    settings, options, clock, fleet = _world({"warm_start_s": 20})
     spec = settings.models[0]
     catalog = load_catalog()
-    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
-    options = build_options(spec, catalog, ["c5.large"], [Market.ON_DEMAND], lat, BOOT)
-    clock = ManualClock(T0)
-    fleet = SimFleet(catalog, clock.now, boot_delay_s=lambda _t: BOOT)
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
     rate = 3 * options[0].capacity_rps
 
@@ -127,18 +138,8 @@ async def test_without_a_faster_start_retired_instances_are_terminated(
     tmp_path: Path, warm_start_s: float | None
 ) -> None:
     assert load_settings().timings.warm_start_s == 20.0  # on by default
-    settings = load_settings(
-        overrides={
-            "offerings": {"types": ["c5.large"], "markets": ["on-demand"]},
-            "timings": {"warm_start_s": warm_start_s},
-        }
-    )
+    settings, options, clock, fleet = _world({"warm_start_s": warm_start_s})
     spec = settings.models[0]
-    catalog = load_catalog()
-    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
-    options = build_options(spec, catalog, ["c5.large"], [Market.ON_DEMAND], lat, BOOT)
-    clock = ManualClock(T0)
-    fleet = SimFleet(catalog, clock.now, boot_delay_s=lambda _t: BOOT)
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
     try:
         rate = 3 * options[0].capacity_rps
