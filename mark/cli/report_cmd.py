@@ -184,7 +184,11 @@ def report(
     )  # fmt: skip
     end = min(hi, now)  # nothing accrues in the future
     result = build_report(
-        data.charges(lo, end), since=lo, until=end, counterfactuals=cfs, notes=notes
+        data.charges(lo, end, settings.offerings.volume_gb, load_catalog().ebs_gb_month),
+        since=lo,
+        until=end,
+        counterfactuals=cfs,
+        notes=notes,
     )
     if fmt is Format.JSON:
         typer.echo(json.dumps(as_dict(result), indent=1))

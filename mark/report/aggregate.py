@@ -24,6 +24,10 @@ invocations), ``lambda-on-pc`` (invocations served by provisioned concurrency,
 at its lower duration rate) and ``lambda-pc`` (the provisioned concurrency
 itself, for the time it was configured).
 
+A stopped instance (a standby, or one the warm pool keeps) is billed its volume while
+stopped (component ``ebs``), from its stop to its next start or end, at the configured
+``offerings.volume_gb`` and the gp3 price: nothing in the ledger records it.
+
 A charge belongs to the period and the UTC day in which its run starts, as
 ``Store.ledger(since, until)`` selects charges by their start.
 """
@@ -35,7 +39,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from mark.billing import LAMBDA_COMPONENTS, LAMBDA_PC, LAMBDA_RUN_COMPONENTS, ec2_charge
+from mark.billing import (
+    EBS_MONTH_S,
+    LAMBDA_COMPONENTS,
+    LAMBDA_PC,
+    LAMBDA_RUN_COMPONENTS,
+    ebs_charge,
+    ec2_charge,
+)
 from mark.state.records import InstanceEvent, InstanceRecord, LedgerEntry
 
 BILLED = "billed"
@@ -46,6 +57,9 @@ STANDBY = "standby"
 
 RUNNING_STATES = frozenset({"pending", "running", "ready"})
 ENDED_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+STOPPED = frozenset({"stopping", "stopped"})
+EBS = "ebs"
+"""The component of a stopped instance's volume (a standby, or the warm pool's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +95,22 @@ def instance_runs(inst: InstanceRecord, events: Sequence[InstanceEvent]) -> list
     return runs
 
 
+def stopped_spans(inst: InstanceRecord, events: Sequence[InstanceEvent]) -> list[Run]:
+    """The spans one instance lay stopped: each from a stop until its next start or its
+    termination (open while it is still stopped). EBS bills a stopped volume."""
+    spans: list[Run] = []
+    start: float | None = None
+    for ev in sorted(events, key=lambda e: e.at):
+        if ev.state in STOPPED and start is None:
+            start = ev.at
+        elif ev.state not in STOPPED and start is not None:
+            spans.append(Run(start, max(start, ev.at)))
+            start = None
+    if start is not None:
+        spans.append(Run(start, None))
+    return spans
+
+
 def component_of(inst: InstanceRecord) -> str:
     return STANDBY if inst.role == STANDBY else inst.market
 
@@ -97,9 +127,13 @@ def collect_charges(
     *,
     since: float | None,
     until: float,
+    volume_gb: float = 0.0,
+    gb_month: float = 0.0,
 ) -> list[Charge]:
     """Every charge whose run starts in [since, until): the ledger's entries (standby
-    ones relabelled), then EC2 runs the ledger lacks, closed or accruing up to ``until``."""
+    ones relabelled), then EC2 runs the ledger lacks, closed or accruing up to ``until``,
+    then the volumes of stopped instances (``volume_gb`` each at ``gb_month`` $ per
+    GB-month, ``mark.billing.ebs_charge``), from their stop to their next start or end."""
     by_id = {i.instance_id: i for i in instances}
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     out: list[Charge] = []
@@ -134,6 +168,25 @@ def collect_charges(
                 billed_seconds=charge.billed_seconds,
             )
             out.append(Charge(entry, ACCRUING if run.end is None else BILLED, FROM_EVENTS))
+        if volume_gb <= 0.0 or gb_month <= 0.0:
+            continue
+        for span in stopped_spans(inst, events.get(inst.instance_id, ())):
+            if not lo <= span.start < until:
+                continue
+            end = until if span.end is None else span.end
+            entry = LedgerEntry(
+                kind=EBS,
+                model=inst.model,
+                start=span.start,
+                end=end,
+                component=EBS,
+                unit_price=volume_gb * gb_month * 3600.0 / EBS_MONTH_S,  # $/h
+                cost=ebs_charge(volume_gb, gb_month, span.start, end),
+                instance_id=inst.instance_id,
+                instance_type=inst.instance_type,
+                seconds=end - span.start,
+            )
+            out.append(Charge(entry, ACCRUING if span.end is None else BILLED, FROM_EVENTS))
     return sorted(out, key=lambda c: (c.entry.start, c.entry.kind, c.entry.instance_id or ""))
 
 
@@ -206,7 +259,7 @@ def totals(rows: Sequence[Row]) -> Totals:
         accruing=sum(r.cost for r in rows if r.status == ACCRUING),
         by_component=dict(sorted(by_component.items())),
         ec2_billed_seconds=sum(
-            r.billed_seconds for r in rows if r.component not in LAMBDA_COMPONENTS
+            r.billed_seconds for r in rows if r.component not in LAMBDA_COMPONENTS | {EBS}
         ),
         lambda_requests=sum(r.requests for r in lam),
         lambda_gb_seconds=sum(r.gb_seconds for r in lam),

@@ -17,8 +17,18 @@ class StoreData:
     events: dict[str, list[InstanceEvent]]
     arrivals: dict[str, list[ArrivalWindow]] = field(default_factory=dict)
 
-    def charges(self, since: float | None, until: float) -> list[Charge]:
-        return collect_charges(self.ledger, self.instances, self.events, since=since, until=until)
+    def charges(
+        self, since: float | None, until: float, volume_gb: float = 0.0, gb_month: float = 0.0
+    ) -> list[Charge]:
+        return collect_charges(
+            self.ledger,
+            self.instances,
+            self.events,
+            since=since,
+            until=until,
+            volume_gb=volume_gb,
+            gb_month=gb_month,
+        )
 
 
 async def read_store(

@@ -287,3 +287,30 @@ def test_provisioned_concurrency_is_its_own_component_at_the_hand_computed_cost(
 
     png = plot(report, tmp_path / "cost.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_stopped_volumes_are_billed_from_each_stop_to_the_next_start_or_until() -> None:
+    # i-b lay stopped from T0+100 to T0+500 (started again), and from T0+520 on.
+    gb, price = 8.0, 0.08
+    per_s = gb * price / (730 * 3600)  # $ per second of an 8 GB gp3 volume
+    charges = collect_charges(
+        LEDGER, INSTANCES, EVENTS, since=None, until=UNTIL, volume_gb=gb, gb_month=price
+    )
+    ebs = sorted(
+        (c.entry.start, c.entry.end, c.status, c.entry.cost)
+        for c in charges
+        if c.entry.component == "ebs"
+    )
+    assert [(s, e, st) for s, e, st, _ in ebs] == [
+        (T0 + 100, T0 + 500, BILLED),
+        (T0 + 520, UNTIL, ACCRUING),
+    ]
+    assert [cost for *_, cost in ebs] == pytest.approx([400 * per_s, 480 * per_s])
+    # Nothing else moves: the EC2 charges are those without volumes, and the totals add
+    # the volumes' cost but no EC2 second.
+    without = collect_charges(LEDGER, INSTANCES, EVENTS, since=None, until=UNTIL)
+    assert [c for c in charges if c.entry.component != "ebs"] == without
+    t, t0 = totals(aggregate(charges)), totals(aggregate(without))
+    assert t.cost == pytest.approx(t0.cost + 880 * per_s)
+    assert t.ec2_billed_seconds == t0.ec2_billed_seconds
+    assert t.by_component["ebs"] == pytest.approx(880 * per_s)

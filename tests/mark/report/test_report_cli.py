@@ -86,12 +86,15 @@ async def test_report_json_totals_and_counterfactual_match_hand_sums(
     standby = (100 + 60) * 0.0832 / 3600  # 100 s, then 20 s billed 60 s
     spot = 800 * 0.0286 / 3600  # T0+200 .. until, accruing
     lam = 500 * 1.66667e-05 + 1000 * 0.2 / 1e6
+    # the standby's 8 GB volume (offerings.volume_gb) while stopped: T0+100 .. T0+500,
+    # then T0+520 .. until, accruing; gp3 at $0.08 per GB-month of 730 h
+    ebs = (400 + 480) * 8 * 0.08 / (730 * 3600)
     t = doc["totals"]
     assert t["by_component"] == pytest.approx(
-        {"on-demand": on_demand, "standby": standby, "spot": spot, "lambda": lam}
+        {"on-demand": on_demand, "standby": standby, "spot": spot, "lambda": lam, "ebs": ebs}
     )
-    assert t["cost"] == pytest.approx(on_demand + standby + spot + lam)
-    assert t["accruing"] == pytest.approx(spot)
+    assert t["cost"] == pytest.approx(on_demand + standby + spot + lam + ebs)
+    assert t["accruing"] == pytest.approx(spot + 480 * 8 * 0.08 / (730 * 3600))
     # 600 requests/min, 10 r/s per instance at 2x: target 300/min -> 2 ml.c5.large for
     # 180 s, at the ml.c5.large hosting price (derived: c5 markup 1.2 × EC2 0.085 = 0.102)
     (cf,) = doc["counterfactual"]

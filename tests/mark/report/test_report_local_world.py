@@ -112,18 +112,28 @@ async def test_report_totals_equal_a_hand_computation_over_a_local_world_run(
         ledger = await store.ledger()
     finally:
         await store.close()
-    ec2 = 0.0
+    ec2 = ebs = 0.0
+    volume_per_s = settings.offerings.volume_gb * 0.08 / (730 * 3600)  # gp3, $ per second
     components: set[str] = set()
     for inst in instances:
         start_at: float | None = inst.launched_at  # runs: launch/start -> stop/terminate
+        stopped_at: float | None = None  # stopped volumes: stop -> start/terminate
         for ev in events[inst.instance_id]:
+            if stopped_at is not None and ev.state not in ("stopping", "stopped"):
+                ebs += (ev.at - stopped_at) * volume_per_s
+                stopped_at = None
             if ev.state in ("stopped", "terminated") and start_at is not None:
                 ec2 += ec2_by_hand(inst.price_per_hour, start_at, ev.at)
                 start_at = None
             elif ev.state == "pending" and start_at is None:
                 start_at = ev.at
+            if ev.state in ("stopping", "stopped") and stopped_at is None:
+                stopped_at = ev.at
         if start_at is not None:  # still live in the store: accrues up to --until
             ec2 += ec2_by_hand(inst.price_per_hour, start_at, until)
+        if stopped_at is not None:  # still stopped: its volume accrues up to --until
+            ebs += (until - stopped_at) * volume_per_s
+            components.add("ebs")
         components.add("standby" if inst.role == "standby" else inst.market)
     for e in ledger:  # the ledger priced the same runs the same way
         if e.kind == "ec2":
@@ -141,7 +151,9 @@ async def test_report_totals_equal_a_hand_computation_over_a_local_world_run(
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     totals = doc["totals"]
-    assert totals["cost"] == pytest.approx(ec2 + lam, rel=1e-9)
+    assert ebs > 0  # the stopped standby's volume
+    assert totals["cost"] == pytest.approx(ec2 + lam + ebs, rel=1e-9)
+    assert totals["by_component"]["ebs"] == pytest.approx(ebs, rel=1e-9)
     assert totals["by_component"]["lambda"] == pytest.approx(lam, rel=1e-9)
     assert set(totals["by_component"]) == components | {"lambda"}
     assert totals["lambda_requests"] == sent + warmups
@@ -153,7 +165,7 @@ async def test_report_totals_equal_a_hand_computation_over_a_local_world_run(
     rps = str(cf["capacity_rps"])
     table = mark(*common, "--baseline-rps", rps, "--plot", str(png), data_dir=tmp_path)
     assert table.returncode == 0, table.stderr
-    assert f"total ${ec2 + lam:.6f}" in table.stdout
+    assert f"total ${ec2 + lam + ebs:.6f}" in table.stdout
     assert "counterfactual digits" in table.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     sys.stderr.write(table.stdout)  # shown with -s: the sample output
