@@ -138,11 +138,11 @@ def warm_step(
         if i in by_id and by_id[i].live and now < t + boot_s
     }
     notes: list[Note] = []
-    expired = [
-        m.instance_id
-        for m in pool
-        if cfg is None or now - stopped_at[m.instance_id] >= hold_s(m.price_per_hour, boot_s, cfg)
-    ]
+    expired = (
+        [m.instance_id for m in pool]
+        if cfg is None
+        else _expired(pool, stopped_at, now, boot_s, cfg)
+    )
     notes += [
         Note(
             "warm-expired",
@@ -187,17 +187,28 @@ def backup_starts(
     if cfg is None or not pool:
         return (), launch, (), warm
     stopped_at = {m.instance_id: warm.stopped_at.get(m.instance_id, now) for m in pool}
-    expired = {
-        m.instance_id
-        for m in pool
-        if now - stopped_at[m.instance_id] >= hold_s(m.price_per_hour, boot_s, cfg)
-    }
-    start, out, notes = _take(_available(pool, stopped_at, expired), [launch])
+    expired = _expired(pool, stopped_at, now, boot_s, cfg)
+    start, out, notes = _take(_available(pool, stopped_at, set(expired)), [launch])
     state = WarmState(
         {i: t for i, t in warm.stopped_at.items() if i not in start},
         {**warm.started_at, **dict.fromkeys(start, now)},
     )
     return tuple(start), (out[0] if out else None), tuple(notes), state
+
+
+def _expired(
+    pool: Sequence[Member],
+    stopped_at: Mapping[str, float],
+    now: float,
+    boot_s: float,
+    cfg: WarmPoolConfig,
+) -> list[str]:
+    """The pool's instances stopped for their hold or longer (``hold_s``)."""
+    return [
+        m.instance_id
+        for m in pool
+        if now - stopped_at[m.instance_id] >= hold_s(m.price_per_hour, boot_s, cfg)
+    ]
 
 
 def _available(
@@ -220,8 +231,10 @@ def _take(
     out: list[Launch] = []
     notes: list[Note] = []
     for a in launches:
-        free = available.get(a.key, []) if a.role in SERVING_ROLES else []
-        took, available[a.key] = free[: a.count], free[a.count :]
+        took: list[str] = []
+        if a.role in SERVING_ROLES:  # a standby or a measuring launch takes nothing
+            free = available.get(a.key, [])
+            took, available[a.key] = free[: a.count], free[a.count :]
         start += took
         if took:
             why = f" ({a.reason})" if a.reason else ""

@@ -169,3 +169,11 @@ def test_while_the_pool_holds_an_instance_the_plan_buys_a_start_ahead_not_a_boot
     rising = replace(pooled, forecast=(5.0, 5.0, 25.0, 25.0, 25.0))
     assert plan_step(rising, ControlState(), CFG, RT).start == ("b",)
     assert plan_step(rising, ControlState(), cfg, RT).start == ()
+
+
+def test_a_launch_of_another_role_takes_nothing_from_the_pool_and_leaves_it_whole() -> None:
+    pool = (inst("p", "stopped"),)
+    standby = Launch("m", "c5.large", "on-demand", 1, "standby", "pool")
+    serving = Launch("m", "c5.large", "on-demand", 1, "serving", "load")
+    step = warm_step(pool, 300.0, [standby, serving], (), BOOT, WARM, WarmState({"p": 100.0}))
+    assert step.start == ("p",) and step.launches == (standby,)
