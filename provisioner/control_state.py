@@ -21,6 +21,7 @@ from provisioner.slo_monitor import SloMonitorState
 from provisioner.spend_rails import Spend, SpendLimits
 from provisioner.spill_evidence import SpillEvidence
 from provisioner.spot import InterruptionMemory
+from provisioner.standby_value import StandbyValue
 
 LIVE_STATES = frozenset({"pending", "running", "ready", "failing"})
 """Billed; a stopped standby is not live. ``failing``: its agent was ready and now fails
@@ -97,6 +98,9 @@ class StepConfig:
     standby_price: float = 0.0
     standby_capacity_rps: float = 0.0
     standby_loss_fraction: float = 0.25
+    standby_value: StandbyValue | None = None
+    """What prices a stopped standby against the spill it saves
+    (``provisioner.standby_value``); None: the pool covers the capacity at risk."""
     unavailable_ttl_s: float = 180.0
     pooled: bool = True
     """Plan at pooled per-instance capacity (``provisioner.pooling``), not stand-alone."""

@@ -11,8 +11,9 @@ the cluster's instances and asks ``orphan_step`` which are claimed:
   ``mark profile --type`` each end their own);
 * a standby of a configured model is claimed while it is running (it carries load
   after a spot notice, and the pool step stops it) and while the stopped pool is no
-  larger than the spot capacity at risk needs (``standby_pool_size``, as the pool
-  step sizes it); the stopped ones beyond that are orphans of kind ``beyond-pool``;
+  larger than the spot capacity at risk needs and its worth allows
+  (``standbys_wanted``, as the pool step sizes it); the stopped ones beyond that are
+  orphans of kind ``beyond-pool``;
 * an instance of a model no longer configured is an orphan of kind ``removed-model``.
 
 Every orphan is reported every step (a decision ``orphan``), with how long it has
@@ -38,7 +39,8 @@ from provisioner.control_state import (
     Note,
 )
 from provisioner.greedy import PlannerOption
-from provisioner.spot import SpotHolding, standby_pool_size
+from provisioner.spot import SpotHolding
+from provisioner.standby_value import StandbyValue, standbys_wanted
 
 REMOVED_MODEL = "removed-model"
 BEYOND_POOL = "beyond-pool"
@@ -55,6 +57,8 @@ class StandbyPool:
     standby_capacity_rps: float = 0.0
     """One standby's capacity; 0: the model keeps no pool."""
     loss_fraction: float = 0.25
+    value: StandbyValue | None = None
+    """What prices a standby against the spill it saves (``provisioner.standby_value``)."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,7 @@ def _beyond_pools(
         standbys = [m for m in mine if m.role == "standby"]
         if not standbys:
             continue
-        want = _pool_size(mine, state, pool)
+        want = _pool_size(model, mine, state, pool)
         extra = len(standbys) - want
         # Only stopped ones: a running standby carries load, the pool step stops it.
         stopped = sorted(
@@ -172,7 +176,7 @@ def _beyond_pools(
     return out
 
 
-def _pool_size(mine: Sequence[Member], state: ControlState, pool: StandbyPool) -> int:
+def _pool_size(model: str, mine: Sequence[Member], state: ControlState, pool: StandbyPool) -> int:
     """The stopped standbys the spot capacity at risk needs, as the pool step counts it."""
     if pool.standby_capacity_rps <= 0:
         return 0
@@ -188,6 +192,5 @@ def _pool_size(mine: Sequence[Member], state: ControlState, pool: StandbyPool) -
         ):
             holdings[m.key] = holdings.get(m.key, 0) + 1
     spot = [SpotHolding(k, n, by_key[k].capacity_rps) for k, n in holdings.items()]
-    if not spot:
-        return 0
-    return standby_pool_size(spot, pool.standby_capacity_rps, pool.loss_fraction)
+    spill = state.of(model).spill
+    return standbys_wanted(spot, pool.standby_capacity_rps, pool.loss_fraction, pool.value, spill)

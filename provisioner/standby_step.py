@@ -3,7 +3,10 @@ stop it once replacements serve.
 
 A spot fleet can lose capacity with two minutes' notice; stopped burstable
 standbys start in seconds and carry that load until replacements boot. The
-pool is sized to the spot capacity at risk (``provisioner.spot``); a notice
+pool is sized to the spot capacity at risk (``provisioner.spot``), but never larger
+than its volumes are worth (``provisioner.standby_value``: where spill answers in
+time, only the spill a standby could save pays for it; stopped standbys beyond that
+are terminated); a notice
 starts the fewest standbys that cover what is lost and avoids the offering for
 a while; started standbys stop once ready replacements cover the load again,
 never before the interrupted instance is gone and replacements could have
@@ -35,10 +38,10 @@ from provisioner.spot import (
     SpotHolding,
     Standby,
     on_interruption_notice,
-    standby_pool_size,
     standbys_to_start,
     standbys_to_stop,
 )
+from provisioner.standby_value import standbys_wanted, standbys_worth
 from provisioner.step import price_within_rails
 
 
@@ -48,14 +51,27 @@ def member_capacity(option: PlannerOption, pool: int, pooled: bool) -> float:
     return capacity_in_pool(option, pool) if pooled else option.capacity_rps
 
 
+@dataclass(frozen=True)
+class StandbyPoolStep:
+    """What the pool step changes: standbys to launch, to stop, to terminate."""
+
+    launch: Launch | None = None
+    stop: Change | None = None
+    """Started standbys ready replacements no longer need."""
+    end: Change | None = None
+    """Stopped standbys beyond what they are worth (``provisioner.standby_value``)."""
+    notes: tuple[Note, ...] = ()
+
+
 def standby_pool_step(
     snap: Snapshot,
     state: ControlState,
     cfg: StepConfig,
     serving: Sequence[Member],
     load_now: float,
-) -> tuple[Launch | None, Change | None, list[Note]]:
-    """Top the stopped pool up to the spot capacity at risk; stop started standbys that
+) -> StandbyPoolStep:
+    """Top the stopped pool up to the spot capacity at risk, no further than the standbys
+    are worth; terminate stopped standbys beyond their worth; stop started standbys that
     ready replacements no longer need.
 
     ``serving`` is the model's serving fleet after this step's launches; ``load_now``
@@ -63,7 +79,7 @@ def standby_pool_step(
     """
     cap = cfg.standby_capacity_rps
     if cap <= 0 or cfg.standby_type is None:
-        return None, None, []
+        return StandbyPoolStep()
     by_key = {o.key: o for o in snap.options}
     rated = {o.key: o for o in planning_options(snap, cfg)}
     standbys = [m for m in snap.mine() if m.role == "standby" and m.state != "terminated"]
@@ -72,9 +88,11 @@ def standby_pool_step(
         if m.market == "spot":
             holdings[m.key] = holdings.get(m.key, 0) + 1
     spot = [SpotHolding(k, n, by_key[k].capacity_rps) for k, n in holdings.items() if k in by_key]
-    want = standby_pool_size(spot, cap, cfg.standby_loss_fraction) if spot else 0
+    spill = state.of(snap.model).spill
+    want = standbys_wanted(spot, cap, cfg.standby_loss_fraction, cfg.standby_value, spill)
     notes: list[Note] = []
     launch = None
+    end = _beyond_worth(standbys, snap.model, standbys_worth(spot, cfg.standby_value, spill))
     if len(standbys) < want:
         # A new standby runs until it has booted and is stopped: it is spend meanwhile.
         known = {m.instance_id for m in snap.fleet}
@@ -114,7 +132,25 @@ def standby_pool_step(
         if to_stop
         else None
     )
-    return launch, stop, notes
+    return StandbyPoolStep(launch, stop, end, tuple(notes))
+
+
+def _beyond_worth(standbys: Sequence[Member], model: str, worth: float) -> Change | None:
+    """The stopped standbys beyond ``worth`` (newest first): each costs its volume and
+    saves less. Running ones carry load after a notice; the stop above decides them."""
+    stopped = sorted(
+        (m for m in standbys if m.state == "stopped"),
+        key=lambda m: (-m.launched_at, m.instance_id),
+    )
+    extra = len(standbys) - worth
+    if extra <= 0 or not stopped:
+        return None
+    ids = tuple(m.instance_id for m in stopped[: int(min(extra, len(stopped)))])
+    why = (
+        f"a pool of {int(worth)} is all the spill the standbys could save pays for "
+        "(spill answers within RT_max)"
+    )
+    return Change("terminate", model, ids, why)
 
 
 @dataclass(frozen=True)

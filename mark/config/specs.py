@@ -141,6 +141,14 @@ class OfferingsSpec(_Strict):
     standby_types: tuple[str, ...] = Field(
         default=("t3.large",), description="stopped burstable standbys for spot interruptions"
     )
+    spot_interruption_rate: float = Field(
+        default=0.2,
+        ge=0,
+        description="the share of spot instances interrupted a month (the AWS Spot Instance "
+        "Advisor's 'frequency of interruption'; 0.2, its top bucket '>20%', by default): "
+        "where spill answers within RT_max, the stopped standby pool keeps no more "
+        "standbys than the spill they would save at this rate pays the volumes of",
+    )
     max_instances: int = Field(default=50, ge=1, le=10_000)
     volume_gb: float = Field(
         default=8.0,

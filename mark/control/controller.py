@@ -355,6 +355,8 @@ class Controller:
                 self.options,
                 self.standby_capacity,
                 self.standby_loss_fraction,
+                boot_s=self.boot_s,
+                ebs_gb_month=self.catalog.ebs_gb_month,
             ),
             self._parts.recorder,
             self._parts.reconciler,

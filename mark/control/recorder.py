@@ -34,10 +34,19 @@ LAUNCHES = frozenset({"launch", "backup", "launch-standby", "explore", "warm-sta
 """Decisions that brought instances into service: launched (``Reconciler.launch``'s notes,
 by role) or started out of the warm pool."""
 RETIREMENTS = frozenset(
-    {"retire", "replace-unhealthy", "retire-orphan", "explore-done", "retire-warm", "warm-expired"}
+    {
+        "retire",
+        "replace-unhealthy",
+        "retire-orphan",
+        "explore-done",
+        "retire-warm",
+        "warm-expired",
+        "retire-standby",
+    }
 )
 """Decisions that took an instance out of service: terminated (cool-down over, unhealthy,
-orphan, measured), stopped into the warm pool, or ended from it."""
+orphan, measured), stopped into the warm pool, ended from it, or a stopped standby
+beyond its worth ended."""
 BILLED_STATES = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY})
 STOPPED_STATES = frozenset({InstanceState.STOPPING, InstanceState.STOPPED})
 """States whose last run has ended (EC2 bills a stopping instance's compute no more)."""

@@ -23,6 +23,7 @@ from provisioner.pooling import pool_with
 from provisioner.slo_monitor import SloMonitorConfig, backup_offering
 from provisioner.spend_rails import SpendLimits
 from provisioner.spill_evidence import SpillEvidence
+from provisioner.standby_value import StandbyValue, interruptions_per_hour
 
 Price = Callable[[str, str], float]
 
@@ -81,6 +82,7 @@ def step_config(
         standby_price=price(standby, "on-demand") if standby is not None else 0.0,
         standby_capacity_rps=standby_capacity_rps,
         standby_loss_fraction=standby_loss_fraction,
+        standby_value=standby_value(settings, boot_s, ebs_gb_month),
         unavailable_ttl_s=unavailable_ttl_s,
         pooled=pool_with(planner.pooled_capacity, spill),
         pool_for_rises=planner.pooled_capacity == "auto",
@@ -91,7 +93,7 @@ def step_config(
         if t.warm_start_s is None
         else WarmPoolConfig(
             t.warm_start_s,
-            settings.offerings.volume_gb * ebs_gb_month * 3600.0 / EBS_MONTH_S,
+            volume_per_hour(settings, ebs_gb_month),
             t.cooldown_s,
         ),
     )
@@ -127,12 +129,31 @@ def explore_candidates(settings: Settings, catalog: Catalog) -> list[Candidate]:
     return out
 
 
+def volume_per_hour(settings: Settings, ebs_gb_month: float) -> float:
+    """What a stopped worker's root volume costs an hour ($, ``offerings.volume_gb`` at
+    ``ebs_gb_month``)."""
+    return settings.offerings.volume_gb * ebs_gb_month * 3600.0 / EBS_MONTH_S
+
+
+def standby_value(settings: Settings, boot_s: float, ebs_gb_month: float) -> StandbyValue:
+    """What prices a stopped standby (``provisioner.standby_value``): the configured spot
+    interruption rate, the boot a replacement needs, the volume's hourly price."""
+    return StandbyValue(
+        interruptions_per_hour(settings.offerings.spot_interruption_rate),
+        boot_s,
+        volume_per_hour(settings, ebs_gb_month),
+    )
+
+
 def orphan_config(
     settings: Settings,
     cluster: str | None,
     options: Mapping[str, Sequence[PlannerOption]],
     standby_capacity: Mapping[str, float],
     loss_fraction: float,
+    *,
+    boot_s: float,
+    ebs_gb_month: float,
 ) -> OrphanConfig:
     """The sweep's rules: the cluster's tag, every configured model's standby pool, the
     grace and the kinds ``control.terminate_orphans`` lets it end."""
@@ -145,6 +166,7 @@ def orphan_config(
                 tuple(options.get(m.name, ())),
                 standby_capacity.get(m.name, 0.0) if pools else 0.0,
                 loss_fraction,
+                standby_value(settings, boot_s, ebs_gb_month),
             )
             for m in settings.models
         },

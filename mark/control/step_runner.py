@@ -528,11 +528,19 @@ async def _standbys(
     recorder: Recorder,
     reconciler: Reconciler,
 ) -> list[Note]:
-    """The standby pool: launch what it lacks, stop started standbys no longer needed."""
+    """The standby pool: launch what it lacks, terminate stopped standbys beyond their
+    worth, stop started standbys no longer needed."""
     now = snap_all.now
-    launch, stop, notes = standby_pool_step(
-        snap_all, state, cfg, members(serving, recorder.price), load_now
-    )
+    pool = standby_pool_step(snap_all, state, cfg, members(serving, recorder.price), load_now)
+    launch, stop, end, notes = pool.launch, pool.stop, pool.end, list(pool.notes)
+    if end is not None:
+        error = await reconciler.terminate(end.instance_ids)
+        if error is None:
+            gone = [infos[iid] for iid in end.instance_ids]
+            await recorder.bill_retired(snap_all.model, end.instance_ids, gone, now)
+            notes += [Note("retire-standby", end.reason, instance_id=i) for i in end.instance_ids]
+        else:
+            notes.append(Note("retire-failed", error))
     if launch is not None:
         done = await reconciler.launch([launch], list(infos.values()), now)
         await recorder.launched(done.got, now, "standby pool")

@@ -32,6 +32,7 @@ from predictor.online import OnlinePredictor, RefitPolicy
 from provisioner.options import planner_option
 from provisioner.perf_model import InstancePerf
 from provisioner.spill_evidence import SpillCounts
+from provisioner.standby_value import HOURS_PER_MONTH
 
 
 def sim_settings(world: SimWorld) -> Settings:
@@ -46,6 +47,13 @@ def sim_settings(world: SimWorld) -> Settings:
             standby_types=standby,
             max_instances=world.cfg.max_instances,
             volume_gb=world.cfg.volume_gb,
+            # A run that interrupts spot instances tells the daemon its rate, as a user
+            # would configure the Spot Instance Advisor's; otherwise the default.
+            **(
+                {"spot_interruption_rate": world.cfg.interrupt_rate_per_hour * HOURS_PER_MONTH}
+                if world.cfg.interrupt_rate_per_hour > 0
+                else {}
+            ),
         ),
         # The paper's experiments measure the policy, not a user's budget: no spend rails.
         budget=BudgetSpec(max_hourly_per_model=None, max_hourly_cluster=None),

@@ -472,6 +472,84 @@ async def test_spot_interruption_starts_standbys_and_replans_around_the_offering
         await store.close()
 
 
+async def test_stopped_standbys_worth_less_than_their_volumes_are_ended_and_billed(
+    tmp_path: Path,
+) -> None:
+    """Once spill is measured to answer within RT_max at a price that the spill a
+    standby saves at the configured interruption rate cannot pay its volume for, the
+    stopped pool goes (``retire-standby``), each standby billed once for its boot."""
+    from mark.ports import InstanceRole
+
+    settings = load_settings(
+        overrides={
+            "offerings": {
+                "types": ["c5.large"],
+                "markets": ["spot"],
+                "standby_types": ["t3.large"],
+            }
+        }
+    )
+    spec = settings.models[0]
+    catalog = load_catalog()
+    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+    options = build_options(spec, catalog, ["c5.large"], [Market.SPOT], lat, 90.0)
+    clock = ManualClock(T0)
+    fleet = SimFleet(catalog, clock.now, boot_delay_s=lambda _t: 60.0)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        rate = 2.5 * options[0].capacity_rps
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 - 3600 + 5 * k, 5.0, int(rate * 5)) for k in range(720)]
+        )
+        ctl = Controller(
+            settings,
+            fleet,
+            store,
+            {spec.name: options},
+            boot_s=60.0,
+            standby_capacity={spec.name: 10.0},
+            cluster="c",
+        )
+        await ctl.step(clock.now())  # spill not measured yet: the paper's pool
+        clock.advance(61)
+        await ctl.step(clock.now())  # booted: stopped
+        standbys = [i for i in await fleet.list() if i.role is InstanceRole.STANDBY]
+        assert standbys and {i.state for i in standbys} == {InstanceState.STOPPED}
+
+        # Spill answers in time at $1e-9 a request: 0.2/730 interruptions an hour × a few
+        # r/s × 60 s × $1e-9 is far below an 8 GB volume's $0.0009 an hour.
+        await ctl.record_spills({spec.name: SpillCounts(100, 100, 1e-7)})
+        clock.advance(60)
+        await ctl.step(clock.now())
+        left = [
+            i
+            for i in await fleet.list()
+            if i.role is InstanceRole.STANDBY and i.state is not InstanceState.TERMINATED
+        ]
+        assert left == []
+        decisions = [d for d in await store.decisions(0, 1e12) if d.action == "retire-standby"]
+        assert sorted(d.instance_id or "" for d in decisions) == sorted(
+            i.instance_id for i in standbys
+        )
+        ledger = [
+            e for e in await store.ledger() if e.instance_id in {i.instance_id for i in standbys}
+        ]
+        assert len(ledger) == len(standbys), "each standby's boot billed once"
+
+        # A dearer spill (here $1 a request) is worth the pool again: it is bought back.
+        await ctl.record_spills({spec.name: SpillCounts(10_000, 10_000, 10_000.0)})
+        clock.advance(60)
+        await ctl.step(clock.now())
+        again = [
+            i
+            for i in await fleet.list()
+            if i.role is InstanceRole.STANDBY and i.state is not InstanceState.TERMINATED
+        ]
+        assert len(again) == len(standbys)
+    finally:
+        await store.close()
+
+
 async def test_a_measured_standby_profile_resizes_the_pool_as_a_restart_would(
     tmp_path: Path,
 ) -> None:

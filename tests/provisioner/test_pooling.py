@@ -145,7 +145,7 @@ def test_standbys_stop_once_the_pooled_fleet_carries_the_load() -> None:
         standby_capacity_rps=1.0,
     )
     snap = Snapshot("m", 1000.0, (load,) * 5, load, (opt,), (*fleet, standby))
-    _, stop, _ = standby_pool_step(snap, ControlState(), cfg, fleet, load)
+    stop = standby_pool_step(snap, ControlState(), cfg, fleet, load).stop
     assert stop is not None and stop.instance_ids == ("t",)
-    _, stop, _ = standby_pool_step(snap, ControlState(), replace(cfg, pooled=False), fleet, load)
+    stop = standby_pool_step(snap, ControlState(), replace(cfg, pooled=False), fleet, load).stop
     assert stop is None

@@ -106,16 +106,16 @@ def test_retire_nothing_when_launches_failed(failed: int, kept: tuple[str, ...])
 def test_standby_pool_is_sized_to_spot_at_risk_then_released() -> None:
     spot = (inst("s1", SPOT), inst("s2", SPOT))
     s = snap(20.0, 1000.0, spot, options=(SMALL, SPOT))
-    launch, stop, _ = standby_pool_step(s, ControlState(), CFG, spot, 20.0)
+    launch = standby_pool_step(s, ControlState(), CFG, spot, 20.0).launch
     # one offering holds all 20 r/s: all of it could go at once, two 10 r/s standbys cover it
     assert launch is not None and launch.count == 2 and launch.role == "standby"
     # a started standby is stopped once ready replacements cover the load
     standby = inst("t", at=0.0, role="standby", state="running", instance_type="t3.large")
     s2 = replace(s, fleet=(*spot, standby))
-    _, stop, _ = standby_pool_step(s2, ControlState(), CFG, spot, 20.0)
+    stop = standby_pool_step(s2, ControlState(), CFG, spot, 20.0).stop
     assert stop is not None and stop.instance_ids == ("t",)
     held = ControlState({"m": ModelControl(hold_standbys_until=2000.0)})
-    _, stop, _ = standby_pool_step(s2, held, CFG, spot, 20.0)
+    stop = standby_pool_step(s2, held, CFG, spot, 20.0).stop
     assert stop is None  # replacements still booting: the hold keeps it
 
 
