@@ -80,9 +80,7 @@ def quantile_to_peak(minutes: Sequence[Sequence[float]], q: float) -> float:
 def spill_price(enabled: bool, spill: SpillEvidence) -> float | None:
     """Spill's measured price per request when the plan may leave load to it: enabled,
     and spill measured to answer in time (``SpillEvidence.in_time``); else None."""
-    if not enabled or not spill.in_time():
-        return None
-    return spill.cost_per_request()
+    return spill.in_time_price() if enabled else None
 
 
 def capacity_target(

@@ -70,6 +70,10 @@ class WarmPoolConfig:
     cooldown_s: float | None = None
     """The cool-down of an instance that will be stopped: ``timings.cooldown_s`` where it
     is configured; None: one start (``provisioner.warm_pool.cooldown_s``)."""
+    spill_per_hour: Mapping[OptionKey, float] = field(default_factory=dict)
+    """Per offering, what its capacity's load costs an hour on spill, where spill answers
+    within RT_max at a measured price (empty otherwise): what a start spares over a launch
+    for each second sooner it serves load that is spilling (``warm_pool.hold_s``)."""
 
 
 @dataclass(frozen=True)

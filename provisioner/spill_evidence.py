@@ -100,6 +100,11 @@ class SpillEvidence:
         relied on (stand-alone capacity, the whole peak on instances)."""
         return self.known and self.within >= IN_TIME_SHARE * self.seen
 
+    def in_time_price(self) -> float | None:
+        """What one spilled request is billed where spill answers in time: what load left
+        to spill costs. None: not measured, or late (load left to it would miss)."""
+        return self.cost_per_request() if self.in_time() else None
+
     def cost_per_request(self) -> float | None:
         """What one spilled request is billed, once known and non-zero."""
         if not self.known:

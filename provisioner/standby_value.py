@@ -62,7 +62,7 @@ def standbys_worth(
     """The most stopped standbys whose volumes the spill they could save pays for; inf
     where the lost load would otherwise miss (spill late or not yet measured), the
     volumes are free, or nothing prices them (``value`` None)."""
-    price = spill.cost_per_request() if spill.in_time() else None
+    price = spill.in_time_price()
     if value is None or price is None or value.volume_per_hour <= 0.0:
         return math.inf
     spot_rps = sum(h.total_rps for h in holdings)

@@ -49,15 +49,18 @@ def keeps_warm(m: Member, boot_s: float, cfg: WarmPoolConfig | None) -> bool:
         cfg is not None
         and m.market == "on-demand"
         and m.role in SERVING_ROLES
-        and hold_s(m.price_per_hour, boot_s, cfg) > 0.0
+        and hold_s(m, boot_s, cfg) > 0.0
     )
 
 
-def hold_s(price_per_hour: float, boot_s: float, cfg: WarmPoolConfig) -> float:
+def hold_s(m: Member, boot_s: float, cfg: WarmPoolConfig) -> float:
     """How long a stopped instance is kept: until its volume has cost what one start saves
-    over a launch (the instance's price for the ``boot_s − start_s`` it spares); 0 where a
-    start is no faster, unbounded where the volume is free."""
-    saved = price_per_hour * max(0.0, boot_s - cfg.start_s) / 3600.0
+    over a launch, for each of the ``boot_s − start_s`` seconds it spares, the instance's
+    price and, where spill answers in time, the spill its capacity would otherwise take
+    (``WarmPoolConfig.spill_per_hour``: a start that meets a rise serves it that much
+    sooner); 0 where a start is no faster, unbounded where the volume is free."""
+    per_hour = m.price_per_hour + cfg.spill_per_hour.get(m.key, 0.0)
+    saved = per_hour * max(0.0, boot_s - cfg.start_s) / 3600.0
     if saved <= 0.0:
         return 0.0
     if cfg.ebs_per_hour <= 0.0:
@@ -205,9 +208,7 @@ def _expired(
 ) -> list[str]:
     """The pool's instances stopped for their hold or longer (``hold_s``)."""
     return [
-        m.instance_id
-        for m in pool
-        if now - stopped_at[m.instance_id] >= hold_s(m.price_per_hour, boot_s, cfg)
+        m.instance_id for m in pool if now - stopped_at[m.instance_id] >= hold_s(m, boot_s, cfg)
     ]
 
 

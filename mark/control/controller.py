@@ -202,6 +202,7 @@ class Controller:
             unavailable_ttl_s=self.unavailable_ttl_s,
             spill=self.state.of(spec.name).spill,
             ebs_gb_month=self.catalog.ebs_gb_month,
+            options=self.options.get(spec.name, ()),
         )
 
     async def set_options(

@@ -15,7 +15,7 @@ from provisioner.capacity_target import spill_price
 from provisioner.control_state import Member, Snapshot, StepConfig, WarmPoolConfig
 from provisioner.explore_step import Candidate, ExploreConfig
 from provisioner.forecast_sanity import ForecastBounds
-from provisioner.greedy import PlannerOption
+from provisioner.greedy import OptionKey, PlannerOption
 from provisioner.guards import GuardConfig
 from provisioner.health_step import HealthConfig
 from provisioner.orphan_step import OrphanConfig, StandbyPool
@@ -57,9 +57,11 @@ def step_config(
     unavailable_ttl_s: float,
     spill: SpillEvidence = SpillEvidence(),
     ebs_gb_month: float = 0.0,
+    options: Sequence[PlannerOption] = (),
 ) -> StepConfig:
     """The model's step settings; ``spill`` (what its spilled requests showed lately)
-    decides pooled capacity under ``auto`` and the capacity target's spill price."""
+    decides pooled capacity under ``auto``, the capacity target's spill price and, with
+    the model's ``options``, what a warm start spares against spill."""
     t = settings.timings
     planner = settings.planner
     budget = settings.budget
@@ -95,8 +97,20 @@ def step_config(
             t.warm_start_s,
             volume_per_hour(settings, ebs_gb_month),
             t.cooldown_s,
+            spill_per_hour(options, spill),
         ),
     )
+
+
+def spill_per_hour(
+    options: Sequence[PlannerOption], spill: SpillEvidence
+) -> dict[OptionKey, float]:
+    """Per offering, what its capacity's load costs an hour on spill where spill answers
+    in time at a measured price; empty otherwise (``WarmPoolConfig.spill_per_hour``)."""
+    price = spill.in_time_price()
+    if price is None:
+        return {}
+    return {o.key: o.capacity_rps * 3600.0 * price for o in options}
 
 
 def health_config(settings: Settings, boot_s: float, avoid_s: float) -> HealthConfig:

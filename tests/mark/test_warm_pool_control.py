@@ -17,8 +17,9 @@ from mark.control import Controller, build_options
 from mark.ports import InstanceState
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
-from provisioner.control_state import WarmPoolConfig
+from provisioner.control_state import Member, WarmPoolConfig
 from provisioner.greedy import PlannerOption
+from provisioner.spill_evidence import SpillCounts
 from provisioner.warm_pool import hold_s
 
 T0 = 1_700_000_000.0
@@ -121,7 +122,9 @@ async def test_retired_instances_wait_stopped_and_start_when_the_load_returns(
         (again,) = await ctl2.step(clock.now())
         assert sorted(again.stopped) == bought
         warm = WarmPoolConfig(20.0, 8 * catalog.ebs_gb_month * 3600 / (730 * 3600))
-        held = hold_s(catalog.offering("c5.large", Market.ON_DEMAND).price_per_hour, BOOT, warm)
+        price = catalog.offering("c5.large", Market.ON_DEMAND).price_per_hour
+        stopped = Member("i", spec.name, "c5.large", "on-demand", "serving", "stopped", 0.0, price)
+        held = hold_s(stopped, BOOT, warm)
         assert held == pytest.approx(3600 * (0.085 * 70 / 3600) / (8 * 0.08 / 730))
         clock.advance(held + 1)
         (ended,) = await ctl2.step(clock.now())
@@ -154,5 +157,45 @@ async def test_without_a_faster_start_retired_instances_are_terminated(
             i.instance_id for i in first.launched
         )
         assert await fleet.list() == []
+    finally:
+        await store.close()
+
+
+async def test_the_hold_counts_spill_once_spill_is_measured_to_answer_in_time(
+    tmp_path: Path,
+) -> None:
+    """The controller's warm pool learns what a start spares against spill from the spill
+    it measured: nothing until spill is known to answer in time, then each offering's
+    capacity at spill's measured price, and the hold grows by that much."""
+    settings, options, _clock, fleet = _world({"warm_start_s": 20})
+    spec = settings.models[0]
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        ctl = Controller(settings, fleet, store, {spec.name: options}, boot_s=BOOT)
+        warm = ctl.config_for(spec).warm
+        assert warm is not None and warm.spill_per_hour == {}
+        stopped = Member(
+            "i",
+            spec.name,
+            "c5.large",
+            "on-demand",
+            "serving",
+            "stopped",
+            0.0,
+            options[0].price_per_hour,
+        )
+        alone = hold_s(stopped, BOOT, warm)
+        await ctl.record_spills({spec.name: SpillCounts(100, 20, 100 * 2e-5)})  # late
+        late = ctl.config_for(spec).warm
+        assert late is not None and late.spill_per_hour == {}
+        await ctl.record_spills({spec.name: SpillCounts(1000, 1000, 1000 * 2e-5)})
+        in_time = ctl.config_for(spec).warm
+        assert in_time is not None
+        price = ctl.state.of(spec.name).spill.cost_per_request()
+        assert price is not None and price == pytest.approx(2e-5, rel=0.05)
+        per_hour = options[0].capacity_rps * 3600 * price
+        assert in_time.spill_per_hour == {options[0].key: pytest.approx(per_hour)}
+        grown = hold_s(stopped, BOOT, in_time)
+        assert grown == pytest.approx(alone * (1 + per_hour / options[0].price_per_hour))
     finally:
         await store.close()

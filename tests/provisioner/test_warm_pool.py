@@ -49,10 +49,23 @@ def snap(rate: float, now: float, fleet: tuple[Member, ...]) -> Snapshot:
 def test_the_hold_is_the_break_even_of_the_volume_against_the_boot_a_start_spares() -> None:
     # c5.large: $0.085/h × 100 s spared = $0.00236; 8 GB at $0.08/GB-month = $0.000877/h.
     expected_h = (0.085 * 100 / 3600) / (8 * 0.08 / 730)
-    assert hold_s(0.085, BOOT, WARM) == pytest.approx(expected_h * 3600)
+    small = replace(inst("a", "stopped"), price_per_hour=0.085)
+    assert hold_s(small, BOOT, WARM) == pytest.approx(expected_h * 3600)
     assert 2.6 < expected_h < 2.8
-    assert hold_s(0.085, 20.0, WARM) == 0.0  # a start no faster than a launch: never kept
-    assert hold_s(0.085, BOOT, replace(WARM, ebs_per_hour=0.0)) == math.inf
+    assert hold_s(small, 20.0, WARM) == 0.0  # a start no faster than a launch: never kept
+    assert hold_s(small, BOOT, replace(WARM, ebs_per_hour=0.0)) == math.inf
+
+
+def test_where_spill_answers_in_time_the_hold_counts_the_spill_a_start_spares() -> None:
+    # What the offering's capacity would cost an hour on spill: a start that meets a rise
+    # serves it the boot − start sooner, and that much spill is spared besides the price.
+    small = replace(inst("a", "stopped"), price_per_hour=0.085)
+    spilling = replace(WARM, spill_per_hour={small.key: 0.28})
+    alone = hold_s(small, BOOT, WARM)
+    assert hold_s(small, BOOT, spilling) == pytest.approx(alone * (0.085 + 0.28) / 0.085)
+    other = replace(WARM, spill_per_hour={("c5.xlarge", "on-demand"): 0.28})
+    assert hold_s(small, BOOT, other) == pytest.approx(alone)  # another offering's spill
+    assert hold_s(small, 20.0, spilling) == 0.0  # still never kept where a start is no faster
 
 
 def test_only_on_demand_serving_instances_are_kept_warm() -> None:
@@ -87,7 +100,7 @@ def test_retired_on_demand_instances_stop_spot_ones_terminate() -> None:
 
 
 def test_a_stopped_instance_is_terminated_once_held_past_the_break_even() -> None:
-    held = hold_s(SMALL.price_per_hour, BOOT, WARM)
+    held = hold_s(inst("a", "stopped"), BOOT, WARM)
     pool = (inst("a", "stopped"),)
     warm = WarmState({"a": 1000.0})
     kept = warm_step(pool, 1000.0 + held - 1.0, (), (), BOOT, WARM, warm)
