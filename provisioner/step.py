@@ -49,13 +49,13 @@ from provisioner.persisting_load import (
     persisting_why,
     with_floor,
 )
-from provisioner.pooling import plan_pooled
+from provisioner.pooling import capacity_in_pool, fleet_size, plan_pooled
 from provisioner.rise_headroom import planning_options, pools
 from provisioner.slo_monitor import slo_at_risk
 from provisioner.spend_rails import RailHit, Spend, SpendLimits, within_rails
 from provisioner.spot import avoid_interrupted, record_interruption
+from provisioner.warm_pool import Rating, keeps_warm, pooled, ready_at, serving_from, warm_step
 from provisioner.warm_pool import cooldown_s as warm_cooldown_s
-from provisioner.warm_pool import keeps_warm, pooled, ready_at, serving_from, warm_step
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,12 @@ def price_within_rails(
     return dict(allowed), rail_notes(hits)
 
 
+def _rated(options: Sequence[PlannerOption], pool: int) -> dict[OptionKey, Rating]:
+    """Each offering's price and per-instance capacity as a plan of ``pool`` instances
+    counts it (``pooling.capacity_in_pool``; stand-alone for a pool of one)."""
+    return {o.key: Rating(o.price_per_hour, capacity_in_pool(o, pool)) for o in options}
+
+
 def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: float) -> PlanStep:
     """Plan, guard and rail one model's fleet; raises ``NoFeasibleOption`` if nothing can serve."""
     now = snap.now
@@ -164,7 +170,16 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         for key, n in allowed.items()
     )
     ours = snap.mine()
-    warm = warm_step(ours, now, launches, decision.retire, cfg.boot_s, cfg.warm, state.warm)
+    warm = warm_step(
+        ours,
+        now,
+        launches,
+        decision.retire,
+        cfg.boot_s,
+        cfg.warm,
+        state.warm,
+        _rated(options, fleet_size(plan) if planner is plan_pooled else 1),
+    )
     notes += warm.notes
     known = {m.instance_id for m in ours}
     others = state.warm

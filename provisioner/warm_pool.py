@@ -12,14 +12,21 @@ The rules, all pure:
   stopped when a start is faster than a launch; spot instances are terminated (a one-time
   spot request cannot be stopped);
 * **how long a stopped instance is kept** (``hold_s``): while the volume has cost less
-  than what one start saves over a launch, the instance's price for the boot seconds a
-  start spares. Past that it is terminated. Keeping it longer could cost more than
-  launching anew; ending it sooner could throw away a start that would have paid. Waiting
+  than what one start saves over a launch, for the boot seconds a start spares: the
+  instance's price and, where spill answers within RT_max, the spill its capacity would
+  take (a start that meets an unforeseen rise serves it that much sooner; on Inception-v3
+  about 1.3× a c5.large's price and 4× a p2.xlarge's). Past that it is terminated.
+  Keeping it longer could cost more than launching anew; ending it sooner could throw
+  away a start that would have paid. Waiting
   exactly the break-even time never costs more than twice the better choice in hindsight
   (the ski-rental rule, as the cool-down);
 * **start before launch** (``warm_step``): a launch the plan wants of an on-demand type
   starts that type's stopped instances first, newest stopped first, and launches only
-  the rest;
+  the rest; then stopped instances of another type replace what is left of it where
+  they carry at least as much, as the plan rates them, for no more an hour
+  (``substitute``): a fleet no dearer and no smaller, serving a start after the decision
+  rather than a boot (a surge met with c5.large launches while a p2.xlarge waits
+  stopped);
 * **cool-down** (``cooldown_s``): an instance that will be stopped costs one start, not one
   boot, to have back, so it is retired once it has gone a start's time unwanted (the
   billing minimum still holds it for its first 60 s);
@@ -31,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from provisioner.control_state import (
     SERVING_ROLES,
@@ -41,6 +48,7 @@ from provisioner.control_state import (
     WarmPoolConfig,
     WarmState,
 )
+from provisioner.greedy import OptionKey
 
 
 def keeps_warm(m: Member, boot_s: float, cfg: WarmPoolConfig | None) -> bool:
@@ -123,12 +131,15 @@ def warm_step(
     boot_s: float,
     cfg: WarmPoolConfig | None,
     warm: WarmState,
+    rated: Mapping[OptionKey, Rating] | None = None,
 ) -> WarmStep:
     """Starts for launches, stops for retirements, and the pool's expired instances ended.
 
     ``mine`` is the model's instances as listed now; ``launches`` and ``retire`` what the
-    plan, the guards and the rails decided. Without a pool (``cfg`` None) everything
-    retired is terminated, and what an earlier configuration left stopped is ended.
+    plan, the guards and the rails decided; ``rated`` each offering's price and capacity
+    as the plan counts them (None: a launch takes only stopped instances of its own
+    type). Without a pool (``cfg`` None) everything retired is terminated, and what an
+    earlier configuration left stopped is ended.
     """
     by_id = {m.instance_id: m for m in mine}
     pool = pooled(mine)
@@ -157,7 +168,7 @@ def warm_step(
         for i in expired
     ]
     available = _available(pool, stopped_at, set(expired))
-    start, out, taken = _take(available, launches)
+    start, out, taken = _take(available, launches, rated or {})
     notes += taken
     stop = tuple(i for i in retire if i in by_id and keeps_warm(by_id[i], boot_s, cfg))
     terminate = (*(i for i in retire if i not in stop), *expired)
@@ -191,7 +202,7 @@ def backup_starts(
         return (), launch, (), warm
     stopped_at = {m.instance_id: warm.stopped_at.get(m.instance_id, now) for m in pool}
     expired = _expired(pool, stopped_at, now, boot_s, cfg)
-    start, out, notes = _take(_available(pool, stopped_at, set(expired)), [launch])
+    start, out, notes = _take(_available(pool, stopped_at, set(expired)), [launch], {})
     state = WarmState(
         {i: t for i, t in warm.stopped_at.items() if i not in start},
         {**warm.started_at, **dict.fromkeys(start, now)},
@@ -223,11 +234,47 @@ def _available(
     return out
 
 
+@dataclass(frozen=True)
+class Rating:
+    """An offering as the plan counts it: its price and what one instance carries."""
+
+    price_per_hour: float
+    capacity_rps: float
+
+
+def substitute(count: int, launched: Rating, stopped: Rating, available: int) -> tuple[int, int]:
+    """How many stopped instances of another offering to start in place of how many of
+    ``count`` launches: (starts, launches replaced), (0, 0) for none.
+
+    First as many as each carry whole launches' worth (no more than ``available``), then
+    one more for what is left if it carries it; each part only if it carries at least
+    what it replaces and costs no more an hour."""
+    a, b = launched, stopped
+    if count <= 0 or available <= 0 or a.capacity_rps <= 0 or b.capacity_rps <= 0:
+        return 0, 0
+    starts = min(available, math.floor(count * a.capacity_rps / b.capacity_rps + 1e-9))
+    replaced = min(count, math.floor(starts * b.capacity_rps / a.capacity_rps + 1e-9))
+    if starts == 0 or starts * b.price_per_hour > replaced * a.price_per_hour:
+        starts = replaced = 0
+    rest = count - replaced
+    if (
+        rest > 0
+        and starts < available
+        and b.capacity_rps >= rest * a.capacity_rps - 1e-9
+        and b.price_per_hour <= rest * a.price_per_hour
+    ):
+        starts, replaced = starts + 1, count
+    return starts, replaced
+
+
 def _take(
-    available: dict[tuple[str, str], list[str]], launches: Sequence[Launch]
+    available: dict[tuple[str, str], list[str]],
+    launches: Sequence[Launch],
+    rated: Mapping[OptionKey, Rating],
 ) -> tuple[list[str], list[Launch], list[Note]]:
-    """Each launch served from ``available`` first (taken out of it): the ids to start,
-    the launches left, a note per launch that took any."""
+    """Each launch served from ``available`` first (taken out of it), its own offering's
+    instances, then others' where ``substitute`` allows: the ids to start, the launches
+    left, a note per launch that took any."""
     start: list[str] = []
     out: list[Launch] = []
     notes: list[Note] = []
@@ -236,6 +283,9 @@ def _take(
         if a.role in SERVING_ROLES:  # a standby or a measuring launch takes nothing
             free = available.get(a.key, [])
             took, available[a.key] = free[: a.count], free[a.count :]
+            a, other, subs = _substituted(a, len(took), available, rated)
+            start += other
+            notes += subs
         start += took
         if took:
             why = f" ({a.reason})" if a.reason else ""
@@ -253,3 +303,46 @@ def _take(
                 Launch(a.model, a.instance_type, a.market, a.count - len(took), a.role, a.reason)
             )
     return start, out, notes
+
+
+def _substituted(
+    a: Launch,
+    took: int,
+    available: dict[tuple[str, str], list[str]],
+    rated: Mapping[OptionKey, Rating],
+) -> tuple[Launch, list[str], list[Note]]:
+    """What is left of ``a`` beyond the ``took`` of its own offering, carried by stopped
+    instances of others (the cheapest per request first, taken out of ``available``): the
+    launch with its count lowered, the ids to start, a note per offering used."""
+    mine = rated.get(a.key)
+    left = a.count - took
+    start: list[str] = []
+    notes: list[Note] = []
+    if mine is None or left <= 0:
+        return a, start, notes
+    others = sorted(
+        (k for k, ids in available.items() if k != a.key and ids and k in rated),
+        key=lambda k: (rated[k].price_per_hour / max(rated[k].capacity_rps, 1e-12), k),
+    )
+    for k in others:
+        starts, replaced = substitute(left, mine, rated[k], len(available[k]))
+        if starts == 0:
+            continue
+        ids, available[k] = available[k][:starts], available[k][starts:]
+        start += ids
+        left -= replaced
+        notes.append(
+            Note(
+                "warm-start",
+                f"{starts} stopped {k[0]} started in place of {replaced} {a.instance_type} "
+                f"launches: at least their capacity ({starts} × {rated[k].capacity_rps:.1f} "
+                f"against {replaced} × {mine.capacity_rps:.1f} r/s) for no more an hour, "
+                "serving after a start rather than a boot",
+                k[0],
+                k[1],
+                starts,
+            )
+        )
+        if left <= 0:
+            break
+    return replace(a, count=took + max(left, 0)), start, notes

@@ -21,7 +21,7 @@ from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
 from provisioner.health_step import HealthConfig, HealthFact, health_step
 from provisioner.step import plan_step
-from provisioner.warm_pool import hold_s, keeps_warm, ready_at, warm_step
+from provisioner.warm_pool import Rating, hold_s, keeps_warm, ready_at, substitute, warm_step
 
 SMALL = PlannerOption("c5.large", "on-demand", 0.085, 10.0, latency_s=0.01)
 SPOT = PlannerOption("c5.large", "spot", 0.03, 10.0, latency_s=0.01)
@@ -190,3 +190,49 @@ def test_a_launch_of_another_role_takes_nothing_from_the_pool_and_leaves_it_whol
     serving = Launch("m", "c5.large", "on-demand", 1, "serving", "load")
     step = warm_step(pool, 300.0, [standby, serving], (), BOOT, WARM, WarmState({"p": 100.0}))
     assert step.start == ("p",) and step.launches == (standby,)
+
+
+BIG = PlannerOption("p2.xlarge", "on-demand", 0.9, 51.0, latency_s=0.01)
+MID = PlannerOption("c5.xlarge", "on-demand", 0.17, 9.0, latency_s=0.01)
+SMALL_R = Rating(0.085, 4.0)
+BIG_R = Rating(0.9, 51.0)
+
+
+def test_stopped_instances_of_another_type_replace_launches_they_carry_for_no_more() -> None:
+    # 30 c5.large (120 r/s, $2.55/h): two stopped p2.xlarge carry 102 r/s of it, the
+    # capacity of 25 c5.large, for $1.80 against their $2.125; a third for the last 5
+    # ($0.90 against $0.425) would cost more, so they are launched.
+    assert substitute(30, SMALL_R, BIG_R, available=2) == (2, 25)
+    assert substitute(30, SMALL_R, BIG_R, available=3) == (2, 25)
+    # twelve c5.large (48 r/s, $1.02/h): one p2.xlarge carries them for $0.90
+    assert substitute(12, SMALL_R, BIG_R, available=3) == (1, 12)
+    # a single small launch is never replaced by a big start: it would cost more an hour
+    assert substitute(1, SMALL_R, BIG_R, available=2) == (0, 0)
+    # the other way round: thirteen c5.large to carry one p2.xlarge cost more an hour
+    assert substitute(1, BIG_R, SMALL_R, available=20) == (0, 0)
+    # c5.xlarge at twice the price and more than twice the capacity: three for six
+    assert substitute(6, SMALL_R, Rating(0.17, 9.0), available=4) == (3, 6)
+    assert substitute(0, SMALL_R, BIG_R, available=2) == (0, 0)
+    assert substitute(5, SMALL_R, BIG_R, available=0) == (0, 0)
+
+
+def test_a_launch_starts_its_own_type_first_then_others_that_carry_it_for_less() -> None:
+    pool = (
+        inst("small", "stopped"),
+        inst("big1", "stopped", opt=BIG),
+        inst("big2", "stopped", opt=BIG),
+        inst("mid", "stopped", opt=MID),
+    )
+    warm = WarmState({"small": 100.0, "big1": 110.0, "big2": 120.0, "mid": 130.0})
+    want = [Launch("m", "c5.large", "on-demand", 30, "serving", "load")]
+    rated = {SMALL.key: SMALL_R, BIG.key: BIG_R, MID.key: Rating(0.17, 9.0)}
+    step = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated)
+    # its own stopped c5.large first (29 left), then both p2.xlarge, the cheapest per
+    # request (25 of them, 4 left), then the c5.xlarge (two c5.large's worth, 2 left)
+    assert set(step.start) == {"small", "big1", "big2", "mid"}
+    assert step.launches == (replace(want[0], count=2),)
+    assert step.state.stopped_at == {}
+    assert sum(n.count for n in step.notes if n.action == "warm-start") == 4
+    # without ratings, only its own type
+    plain = warm_step(pool, 300.0, want, (), BOOT, WARM, warm)
+    assert plain.start == ("small",) and plain.launches == (replace(want[0], count=29),)
