@@ -17,9 +17,8 @@ The rules, all pure:
   take (a start that meets an unforeseen rise serves it that much sooner; on Inception-v3
   about 1.3× a c5.large's price and 4× a p2.xlarge's). Past that it is terminated.
   Keeping it longer could cost more than launching anew; ending it sooner could throw
-  away a start that would have paid. Waiting
-  exactly the break-even time never costs more than twice the better choice in hindsight
-  (the ski-rental rule, as the cool-down);
+  away a start that would have paid. Waiting exactly the break-even time never costs
+  more than twice the better choice in hindsight (the ski-rental rule, as the cool-down);
 * **start before launch** (``warm_step``): a launch the plan wants of an on-demand type
   starts that type's stopped instances first, newest stopped first, and launches only
   the rest; then stopped instances of another type replace what is left of it where
