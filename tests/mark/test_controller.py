@@ -13,7 +13,7 @@ import pytest
 from bouncer.latency import BatchLatency
 from mark.catalog import Market, load_catalog
 from mark.clock import ManualClock
-from mark.config import load_settings
+from mark.config import Settings, load_settings
 from mark.control import Controller, build_options, max_rate_per_minute
 from mark.ports import InstanceInfo, InstanceState
 from mark.sim.fleet import SimFleet
@@ -472,14 +472,9 @@ async def test_spot_interruption_starts_standbys_and_replans_around_the_offering
         await store.close()
 
 
-async def test_stopped_standbys_worth_less_than_their_volumes_are_ended_and_billed(
-    tmp_path: Path,
-) -> None:
-    """Once spill is measured to answer within RT_max at a price that the spill a
-    standby saves at the configured interruption rate cannot pay its volume for, the
-    stopped pool goes (``retire-standby``), each standby billed once for its boot."""
-    from mark.ports import InstanceRole
-
+def _spot_with_standbys() -> tuple[Settings, list[PlannerOption], ManualClock, SimFleet]:
+    """One model on spot c5.large with t3.large standbys, a 60 s boot: its settings,
+    options, clock and fleet."""
     settings = load_settings(
         overrides={
             "offerings": {
@@ -489,12 +484,23 @@ async def test_stopped_standbys_worth_less_than_their_volumes_are_ended_and_bill
             }
         }
     )
-    spec = settings.models[0]
     catalog = load_catalog()
     lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
-    options = build_options(spec, catalog, ["c5.large"], [Market.SPOT], lat, 90.0)
+    options = build_options(settings.models[0], catalog, ["c5.large"], [Market.SPOT], lat, 90.0)
     clock = ManualClock(T0)
-    fleet = SimFleet(catalog, clock.now, boot_delay_s=lambda _t: 60.0)
+    return settings, options, clock, SimFleet(catalog, clock.now, boot_delay_s=lambda _t: 60.0)
+
+
+async def test_stopped_standbys_worth_less_than_their_volumes_are_ended_and_billed(
+    tmp_path: Path,
+) -> None:
+    """Once spill is measured to answer within RT_max at a price that the spill a
+    standby saves at the configured interruption rate cannot pay its volume for, the
+    stopped pool goes (``retire-standby``), each standby billed once for its boot."""
+    from mark.ports import InstanceRole
+
+    settings, options, clock, fleet = _spot_with_standbys()
+    spec = settings.models[0]
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
     try:
         rate = 2.5 * options[0].capacity_rps
@@ -557,20 +563,8 @@ async def test_a_measured_standby_profile_resizes_the_pool_as_a_restart_would(
     effect on the running daemon's next step, not only after a restart."""
     from mark.ports import InstanceRole
 
-    settings = load_settings(
-        overrides={
-            "offerings": {
-                "types": ["c5.large"],
-                "markets": ["spot"],
-                "standby_types": ["t3.large"],
-            }
-        }
-    )
+    settings, options, clock, fleet = _spot_with_standbys()
     spec = settings.models[0]
-    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
-    options = build_options(spec, load_catalog(), ["c5.large"], [Market.SPOT], lat, 90.0)
-    clock = ManualClock(T0)
-    fleet = SimFleet(load_catalog(), clock.now, boot_delay_s=lambda _t: 60.0)
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
     try:
         rate = 8 * options[0].capacity_rps
