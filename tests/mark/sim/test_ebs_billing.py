@@ -182,7 +182,7 @@ async def test_a_world_whose_instances_never_stop_bills_no_ebs() -> None:
 
 
 def _simulate_costs(volume_gb: str) -> dict[str, float]:
-    args = ["--trace", "surge", "--hours", "0.5", "--base-rps", "10", "--policies", "mark-spot"]
+    args = ["--trace", "surge", "--hours", "0.5", "--base-rps", "10", "--policies", "mark"]
     args += ["--predictor", "oracle", "--volume-gb", volume_gb, "--format", "json"]
     done = subprocess.run(
         [sys.executable, "-m", "mark.cli.main", "simulate", *args],
@@ -196,9 +196,11 @@ def _simulate_costs(volume_gb: str) -> dict[str, float]:
 
 
 @pytest.mark.slow
-def test_simulate_volume_gb_sizes_the_stopped_standbys_volumes() -> None:
-    """mark-spot stops its standbys once booted: with ``--volume-gb 0`` they cost nothing
-    stopped, with 100 their volumes are the ``cost_ebs`` part, and only it changes."""
+def test_simulate_volume_gb_sizes_the_warm_pools_volumes() -> None:
+    """mark stops the instances it retires after the surge into the warm pool: with
+    ``--volume-gb 0`` they cost nothing stopped, with 100 their volumes are the
+    ``cost_ebs`` part, and only it changes. (mark-spot's standbys no longer serve here:
+    where spill answers in time, ``provisioner.standby_value`` keeps none.)"""
     none, big = _simulate_costs("0"), _simulate_costs("100")
     assert none["cost_ebs"] == 0.0 < big["cost_ebs"]
     assert big["cost_total"] - none["cost_total"] == pytest.approx(big["cost_ebs"], abs=2e-4)
