@@ -271,77 +271,70 @@ def _take(
     launches: Sequence[Launch],
     rated: Mapping[OptionKey, Rating],
 ) -> tuple[list[str], list[Launch], list[Note]]:
-    """Each launch served from ``available`` first (taken out of it), its own offering's
-    instances, then others' where ``substitute`` allows: the ids to start, the launches
-    left, a note per launch that took any."""
+    """Each serving launch carried by stopped instances first (taken out of
+    ``available``, ``_carry``): the ids to start, the launches left, a note per offering
+    started. A standby or a measuring launch takes nothing."""
     start: list[str] = []
     out: list[Launch] = []
     notes: list[Note] = []
     for a in launches:
-        took: list[str] = []
-        if a.role in SERVING_ROLES:  # a standby or a measuring launch takes nothing
-            free = available.get(a.key, [])
-            took, available[a.key] = free[: a.count], free[a.count :]
-            a, other, subs = _substituted(a, len(took), available, rated)
-            start += other
-            notes += subs
-        start += took
-        if took:
-            why = f" ({a.reason})" if a.reason else ""
-            notes.append(
-                Note(
-                    "warm-start",
-                    f"{len(took)} stopped {a.instance_type} started instead of launched{why}",
-                    a.instance_type,
-                    a.market,
-                    len(took),
-                )
-            )
-        if a.count > len(took):
-            out.append(
-                Launch(a.model, a.instance_type, a.market, a.count - len(took), a.role, a.reason)
-            )
+        left = a.count
+        if a.role in SERVING_ROLES:
+            ids, left, taken = _carry(a, available, rated)
+            start += ids
+            notes += taken
+        if left > 0:
+            out.append(replace(a, count=left))
     return start, out, notes
 
 
-def _substituted(
+def _carry(
     a: Launch,
-    took: int,
     available: dict[tuple[str, str], list[str]],
     rated: Mapping[OptionKey, Rating],
-) -> tuple[Launch, list[str], list[Note]]:
-    """What is left of ``a`` beyond the ``took`` of its own offering, carried by stopped
-    instances of others (the cheapest per request first, taken out of ``available``): the
-    launch with its count lowered, the ids to start, a note per offering used."""
+) -> tuple[list[str], int, list[Note]]:
+    """The stopped instances that carry launch ``a``, the cheapest per request first:
+    its own offering's one for one, others' where ``substitute`` allows (only its own
+    where ``a`` is not rated). The ids to start, the launches left, a note per offering."""
     mine = rated.get(a.key)
-    left = a.count - took
+    keys = [a.key]
+    if mine is not None:
+        keys = sorted(
+            {a.key, *(k for k, ids in available.items() if ids and k in rated)},
+            key=lambda k: (rated[k].price_per_hour / max(rated[k].capacity_rps, 1e-12), k),
+        )
+    left = a.count
     start: list[str] = []
     notes: list[Note] = []
-    if mine is None or left <= 0:
-        return a, start, notes
-    others = sorted(
-        (k for k, ids in available.items() if k != a.key and ids and k in rated),
-        key=lambda k: (rated[k].price_per_hour / max(rated[k].capacity_rps, 1e-12), k),
-    )
-    for k in others:
-        starts, replaced = substitute(left, mine, rated[k], len(available[k]))
+    for k in keys:
+        free = available.get(k, [])
+        if k == a.key or mine is None:
+            starts = replaced = min(left, len(free))
+        else:
+            starts, replaced = substitute(left, mine, rated[k], len(free))
         if starts == 0:
             continue
-        ids, available[k] = available[k][:starts], available[k][starts:]
-        start += ids
+        available[k] = free[starts:]
+        start += free[:starts]
         left -= replaced
-        notes.append(
-            Note(
-                "warm-start",
-                f"{starts} stopped {k[0]} started in place of {replaced} {a.instance_type} "
-                f"launches: at least their capacity ({starts} × {rated[k].capacity_rps:.1f} "
-                f"against {replaced} × {mine.capacity_rps:.1f} r/s) for no more an hour, "
-                "serving after a start rather than a boot",
-                k[0],
-                k[1],
-                starts,
-            )
-        )
+        notes.append(_started_note(a, k, starts, replaced, mine, rated.get(k)))
         if left <= 0:
             break
-    return replace(a, count=took + max(left, 0)), start, notes
+    return start, left, notes
+
+
+def _started_note(
+    a: Launch, k: OptionKey, starts: int, replaced: int, mine: Rating | None, theirs: Rating | None
+) -> Note:
+    """The ``warm-start`` decision: started instead of launched, or in place of launches."""
+    if k == a.key or mine is None or theirs is None:
+        why = f" ({a.reason})" if a.reason else ""
+        text = f"{starts} stopped {a.instance_type} started instead of launched{why}"
+    else:
+        text = (
+            f"{starts} stopped {k[0]} started in place of {replaced} {a.instance_type} "
+            f"launches: at least their capacity ({starts} × {theirs.capacity_rps:.1f} "
+            f"against {replaced} × {mine.capacity_rps:.1f} r/s) for no more an hour, "
+            "serving after a start rather than a boot"
+        )
+    return Note("warm-start", text, k[0], k[1], starts)

@@ -216,7 +216,7 @@ def test_stopped_instances_of_another_type_replace_launches_they_carry_for_no_mo
     assert substitute(5, SMALL_R, BIG_R, available=0) == (0, 0)
 
 
-def test_a_launch_starts_its_own_type_first_then_others_that_carry_it_for_less() -> None:
+def test_a_launch_is_carried_by_stopped_instances_the_cheapest_per_request_first() -> None:
     pool = (
         inst("small", "stopped"),
         inst("big1", "stopped", opt=BIG),
@@ -227,8 +227,8 @@ def test_a_launch_starts_its_own_type_first_then_others_that_carry_it_for_less()
     want = [Launch("m", "c5.large", "on-demand", 30, "serving", "load")]
     rated = {SMALL.key: SMALL_R, BIG.key: BIG_R, MID.key: Rating(0.17, 9.0)}
     step = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated)
-    # its own stopped c5.large first (29 left), then both p2.xlarge, the cheapest per
-    # request (25 of them, 4 left), then the c5.xlarge (two c5.large's worth, 2 left)
+    # both p2.xlarge, the cheapest per request (25 of them, 5 left), then the c5.xlarge
+    # (two c5.large's worth, 3 left), then its own stopped c5.large (2 left)
     assert set(step.start) == {"small", "big1", "big2", "mid"}
     assert step.launches == (replace(want[0], count=2),)
     assert step.state.stopped_at == {}
@@ -236,3 +236,18 @@ def test_a_launch_starts_its_own_type_first_then_others_that_carry_it_for_less()
     # without ratings, only its own type
     plain = warm_step(pool, 300.0, want, (), BOOT, WARM, warm)
     assert plain.start == ("small",) and plain.launches == (replace(want[0], count=29),)
+
+
+def test_one_stopped_big_instance_carries_a_launch_its_own_stopped_type_would_only_start() -> None:
+    # twelve c5.large wanted, four of them stopped: one stopped p2.xlarge carries all
+    # twelve for $0.90 an hour against $1.02, and all of it serves after a start
+    pool = (*(inst(f"s{i}", "stopped") for i in range(4)), inst("big", "stopped", opt=BIG))
+    warm = WarmState({**{f"s{i}": 100.0 + i for i in range(4)}, "big": 50.0})
+    want = [Launch("m", "c5.large", "on-demand", 12, "serving", "load")]
+    rated = {SMALL.key: SMALL_R, BIG.key: BIG_R}
+    step = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated)
+    assert step.start == ("big",) and step.launches == ()
+    assert set(step.state.stopped_at) == {f"s{i}" for i in range(4)}
+    # three wanted: the p2.xlarge would cost more an hour, so its own three start
+    few = warm_step(pool, 300.0, [replace(want[0], count=3)], (), BOOT, WARM, warm, rated)
+    assert few.start == ("s3", "s2", "s1") and few.launches == ()
