@@ -19,13 +19,13 @@ The rules, all pure:
   Keeping it longer could cost more than launching anew; ending it sooner could throw
   away a start that would have paid. Waiting exactly the break-even time never costs
   more than twice the better choice in hindsight (the ski-rental rule, as the cool-down);
-* **start before launch** (``warm_step``): a launch the plan wants of an on-demand type
-  starts that type's stopped instances first, newest stopped first, and launches only
-  the rest; then stopped instances of another type replace what is left of it where
-  they carry at least as much, as the plan rates them, for no more an hour
-  (``substitute``): a fleet no dearer and no smaller, serving a start after the decision
-  rather than a boot (a surge met with c5.large launches while a p2.xlarge waits
-  stopped);
+* **start before launch** (``warm_step``): a launch the plan wants is carried by stopped
+  instances first, newest stopped first and the cheapest per request first: its own
+  type's one for one, another type's where they carry at least as much, as the plan
+  rates them, for no more an hour (``substitute``: a fleet no dearer and no smaller,
+  serving a start after the decision rather than a boot; a surge met with c5.large
+  launches while a p2.xlarge waits stopped). Only the rest is launched. A backup takes
+  only its own type;
 * **cool-down** (``cooldown_s``): an instance that will be stopped costs one start, not one
   boot, to have back, so it is retired once it has gone a start's time unwanted (the
   billing minimum still holds it for its first 60 s);
