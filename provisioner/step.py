@@ -39,6 +39,7 @@ from provisioner.control_state import (
     StepConfig,
     counted_members,
 )
+from provisioner.early_step import fleet_capacity
 from provisioner.forecast_sanity import clip_forecast
 from provisioner.foreseen_rise import buy_ahead_chance, with_rises
 from provisioner.greedy import OptionKey, Plan, PlannerOption, RunningInstance, plan_greedy
@@ -113,6 +114,13 @@ def price_within_rails(
     return dict(allowed), rail_notes(hits)
 
 
+def _outrun(snap: Snapshot, state: ControlState, cfg: StepConfig) -> bool:
+    """Whether the load has outrun the fleet: the last P_s window ran above what it
+    carries, booting instances included (``early_step.fleet_capacity``). Only then is a
+    start's speed worth another type's granularity (``warm_pool.substitute``)."""
+    return bool(snap.recent_rates) and snap.recent_rates[0] > fleet_capacity(snap, state, cfg)
+
+
 def _rated(options: Sequence[PlannerOption], pool: int) -> dict[OptionKey, Rating]:
     """Each offering's price and per-instance capacity as a plan of ``pool`` instances
     counts it (``pooling.capacity_in_pool``; stand-alone for a pool of one)."""
@@ -178,7 +186,9 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         cfg.boot_s,
         cfg.warm,
         state.warm,
-        _rated(options, fleet_size(plan) if planner is plan_pooled else 1),
+        _rated(options, fleet_size(plan) if planner is plan_pooled else 1)
+        if _outrun(snap, state, cfg)
+        else None,
     )
     notes += warm.notes
     known = {m.instance_id for m in ours}
