@@ -84,6 +84,18 @@ class WarmState:
     """Instance id → when it was stopped into the pool."""
     started_at: Mapping[str, float] = field(default_factory=dict)
     """Instance id → when it was started out of the pool (it serves ``start_s`` later)."""
+    starts: float = 0.0
+    """Instances started out of the pool, exponentially weighted over
+    ``warm_pool.START_MEMORY`` starts."""
+    outrun_starts: float = 0.0
+    """Those of ``starts`` started while the load outran the fleet (spilling), weighted
+    alike: the share of starts a start's speed saved spill for (``warm_pool.hold_s``).
+    Neither is saved: after a restart the hold counts the price alone until starts are
+    seen again."""
+
+    def outrun_share(self) -> float:
+        """The share of recent starts that met an outrun load; 0 before any start."""
+        return self.outrun_starts / self.starts if self.starts > 0 else 0.0
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,8 @@ def price_within_rails(
 def _outrun(snap: Snapshot, state: ControlState, cfg: StepConfig) -> bool:
     """Whether the load has outrun the fleet: the last P_s window ran above what it
     carries, booting instances included (``early_step.fleet_capacity``). Only then is a
-    start's speed worth another type's granularity (``warm_pool.substitute``)."""
+    start's speed worth another type's granularity (``warm_pool.substitute``), and only
+    such starts spare spill (``WarmState.outrun_share``)."""
     return bool(snap.recent_rates) and snap.recent_rates[0] > fleet_capacity(snap, state, cfg)
 
 
@@ -186,9 +187,8 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         cfg.boot_s,
         cfg.warm,
         state.warm,
-        _rated(options, fleet_size(plan) if planner is plan_pooled else 1)
-        if _outrun(snap, state, cfg)
-        else None,
+        _rated(options, fleet_size(plan) if planner is plan_pooled else 1),
+        _outrun(snap, state, cfg),
     )
     notes += warm.notes
     known = {m.instance_id for m in ours}

@@ -60,13 +60,16 @@ def keeps_warm(m: Member, boot_s: float, cfg: WarmPoolConfig | None) -> bool:
     )
 
 
-def hold_s(m: Member, boot_s: float, cfg: WarmPoolConfig) -> float:
-    """How long a stopped instance is kept: until its volume has cost what one start saves
-    over a launch, for each of the ``boot_s − start_s`` seconds it spares, the instance's
-    price and, where spill answers in time, the spill its capacity would otherwise take
-    (``WarmPoolConfig.spill_per_hour``: a start that meets a rise serves it that much
-    sooner); 0 where a start is no faster, unbounded where the volume is free."""
-    per_hour = m.price_per_hour + cfg.spill_per_hour.get(m.key, 0.0)
+def hold_s(m: Member, boot_s: float, cfg: WarmPoolConfig, outrun_share: float = 0.0) -> float:
+    """How long a stopped instance is kept: until its volume has cost what one start is
+    expected to save over a launch, for each of the ``boot_s − start_s`` seconds it
+    spares: the instance's price, and where spill answers in time, the spill its capacity
+    would otherwise take (``WarmPoolConfig.spill_per_hour``) times the share of starts
+    that met a load outrunning the fleet (``WarmState.outrun_share``: a start planned
+    ahead spares no spill); 0 where a start is no faster, unbounded where the volume is
+    free."""
+    spill = cfg.spill_per_hour.get(m.key, 0.0) * min(max(outrun_share, 0.0), 1.0)
+    per_hour = m.price_per_hour + spill
     saved = per_hour * max(0.0, boot_s - cfg.start_s) / 3600.0
     if saved <= 0.0:
         return 0.0
@@ -131,14 +134,17 @@ def warm_step(
     cfg: WarmPoolConfig | None,
     warm: WarmState,
     rated: Mapping[OptionKey, Rating] | None = None,
+    outrun: bool = False,
 ) -> WarmStep:
     """Starts for launches, stops for retirements, and the pool's expired instances ended.
 
     ``mine`` is the model's instances as listed now; ``launches`` and ``retire`` what the
     plan, the guards and the rails decided; ``rated`` each offering's price and capacity
-    as the plan counts them (None: a launch takes only stopped instances of its own
-    type). Without a pool (``cfg`` None) everything retired is terminated, and what an
-    earlier configuration left stopped is ended.
+    as the plan counts them; ``outrun`` whether the load has outrun the fleet now. Only
+    then may another type carry a launch (``substitute``: a start's speed is worth its
+    granularity only while load spills); otherwise, or without ``rated``, a launch takes
+    only stopped instances of its own type. Without a pool (``cfg`` None) everything
+    retired is terminated, and what an earlier configuration left stopped is ended.
     """
     by_id = {m.instance_id: m for m in mine}
     pool = pooled(mine)
@@ -154,7 +160,7 @@ def warm_step(
     expired = (
         [m.instance_id for m in pool]
         if cfg is None
-        else _expired(pool, stopped_at, now, boot_s, cfg)
+        else _expired(pool, stopped_at, now, boot_s, cfg, warm.outrun_share())
     )
     notes += [
         Note(
@@ -167,7 +173,7 @@ def warm_step(
         for i in expired
     ]
     available = _available(pool, stopped_at, set(expired))
-    start, out, taken = _take(available, launches, rated or {})
+    start, out, taken = _take(available, launches, (rated or {}) if outrun else {})
     notes += taken
     stop = tuple(i for i in retire if i in by_id and keeps_warm(by_id[i], boot_s, cfg))
     terminate = (*(i for i in retire if i not in stop), *expired)
@@ -181,7 +187,24 @@ def warm_step(
         stop,
         tuple(terminate),
         tuple(notes),
-        WarmState(kept, started_at),
+        counted(WarmState(kept, started_at, warm.starts, warm.outrun_starts), len(start), outrun),
+    )
+
+
+START_MEMORY = 50.0
+"""Instance starts after which a past one weighs 1/e in ``WarmState.outrun_share``."""
+
+
+def counted(warm: WarmState, started: int, outrun: bool) -> WarmState:
+    """``warm`` with ``started`` more starts folded in: all of them met an outrun load,
+    or none did."""
+    if started <= 0:
+        return warm
+    keep = (1.0 - 1.0 / START_MEMORY) ** started
+    return replace(
+        warm,
+        starts=warm.starts * keep + started,
+        outrun_starts=warm.outrun_starts * keep + (started if outrun else 0),
     )
 
 
@@ -200,11 +223,16 @@ def backup_starts(
     if cfg is None or not pool:
         return (), launch, (), warm
     stopped_at = {m.instance_id: warm.stopped_at.get(m.instance_id, now) for m in pool}
-    expired = _expired(pool, stopped_at, now, boot_s, cfg)
+    expired = _expired(pool, stopped_at, now, boot_s, cfg, warm.outrun_share())
     start, out, notes = _take(_available(pool, stopped_at, set(expired)), [launch], {})
-    state = WarmState(
-        {i: t for i, t in warm.stopped_at.items() if i not in start},
-        {**warm.started_at, **dict.fromkeys(start, now)},
+    state = counted(  # backups come on a miss streak: the load has outrun the fleet
+        replace(
+            warm,
+            stopped_at={i: t for i, t in warm.stopped_at.items() if i not in start},
+            started_at={**warm.started_at, **dict.fromkeys(start, now)},
+        ),
+        len(start),
+        outrun=True,
     )
     return tuple(start), (out[0] if out else None), tuple(notes), state
 
@@ -215,10 +243,13 @@ def _expired(
     now: float,
     boot_s: float,
     cfg: WarmPoolConfig,
+    outrun_share: float,
 ) -> list[str]:
     """The pool's instances stopped for their hold or longer (``hold_s``)."""
     return [
-        m.instance_id for m in pool if now - stopped_at[m.instance_id] >= hold_s(m, boot_s, cfg)
+        m.instance_id
+        for m in pool
+        if now - stopped_at[m.instance_id] >= hold_s(m, boot_s, cfg, outrun_share)
     ]
 
 

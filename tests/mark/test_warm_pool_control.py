@@ -166,7 +166,8 @@ async def test_the_hold_counts_spill_once_spill_is_measured_to_answer_in_time(
 ) -> None:
     """The controller's warm pool learns what a start spares against spill from the spill
     it measured: nothing until spill is known to answer in time, then each offering's
-    capacity at spill's measured price, and the hold grows by that much."""
+    capacity at spill's measured price, and the hold grows by that much for the share of
+    starts that met a load outrunning the fleet."""
     settings, options, _clock, fleet = _world({"warm_start_s": 20})
     spec = settings.models[0]
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
@@ -195,7 +196,8 @@ async def test_the_hold_counts_spill_once_spill_is_measured_to_answer_in_time(
         assert price is not None and price == pytest.approx(2e-5, rel=0.05)
         per_hour = options[0].capacity_rps * 3600 * price
         assert in_time.spill_per_hour == {options[0].key: pytest.approx(per_hour)}
-        grown = hold_s(stopped, BOOT, in_time)
+        assert hold_s(stopped, BOOT, in_time) == pytest.approx(alone)  # no start met spill
+        grown = hold_s(stopped, BOOT, in_time, outrun_share=1.0)
         assert grown == pytest.approx(alone * (1 + per_hour / options[0].price_per_hour))
     finally:
         await store.close()

@@ -56,16 +56,36 @@ def test_the_hold_is_the_break_even_of_the_volume_against_the_boot_a_start_spare
     assert hold_s(small, BOOT, replace(WARM, ebs_per_hour=0.0)) == math.inf
 
 
-def test_where_spill_answers_in_time_the_hold_counts_the_spill_a_start_spares() -> None:
-    # What the offering's capacity would cost an hour on spill: a start that meets a rise
-    # serves it the boot − start sooner, and that much spill is spared besides the price.
+def test_where_spill_answers_in_time_the_hold_counts_the_spill_starts_spare() -> None:
+    # What the offering's capacity would cost an hour on spill: a start that meets a load
+    # outrunning the fleet serves it the boot − start sooner, and that much spill is
+    # spared besides the price; a start planned ahead spares none. The hold counts it at
+    # the share of starts that met such a load.
     small = replace(inst("a", "stopped"), price_per_hour=0.085)
     spilling = replace(WARM, spill_per_hour={small.key: 0.28})
     alone = hold_s(small, BOOT, WARM)
-    assert hold_s(small, BOOT, spilling) == pytest.approx(alone * (0.085 + 0.28) / 0.085)
+    assert hold_s(small, BOOT, spilling) == pytest.approx(alone)  # no start met one yet
+    every = hold_s(small, BOOT, spilling, outrun_share=1.0)
+    assert every == pytest.approx(alone * (0.085 + 0.28) / 0.085)
+    half = hold_s(small, BOOT, spilling, outrun_share=0.5)
+    assert half == pytest.approx(alone * (0.085 + 0.14) / 0.085)
     other = replace(WARM, spill_per_hour={("c5.xlarge", "on-demand"): 0.28})
-    assert hold_s(small, BOOT, other) == pytest.approx(alone)  # another offering's spill
-    assert hold_s(small, 20.0, spilling) == 0.0  # still never kept where a start is no faster
+    assert hold_s(small, BOOT, other, 1.0) == pytest.approx(alone)  # another offering's spill
+    assert hold_s(small, 20.0, spilling, 1.0) == 0.0  # never kept where a start is no faster
+
+
+def test_the_share_of_starts_that_met_an_outrun_load_is_learned_from_the_starts() -> None:
+    pool = tuple(inst(f"p{i}", "stopped") for i in range(6))
+    warm = WarmState({f"p{i}": 100.0 + i for i in range(6)})
+    want = [Launch("m", "c5.large", "on-demand", 2, "serving", "load")]
+    assert warm.outrun_share() == 0.0
+    planned = warm_step(pool, 300.0, want, (), BOOT, WARM, warm).state
+    assert planned.starts == pytest.approx(2.0) and planned.outrun_share() == 0.0
+    rest = tuple(m for m in pool if m.instance_id not in planned.started_at)
+    surge = warm_step(rest, 360.0, want, (), BOOT, WARM, planned, outrun=True).state
+    assert surge.outrun_share() == pytest.approx(0.5, abs=0.02)  # 2 of 4, the older faded
+    assert surge.outrun_starts < surge.starts < 4.0
+    assert warm_step(rest, 400.0, (), (), BOOT, WARM, surge).state.starts == surge.starts
 
 
 def test_only_on_demand_serving_instances_are_kept_warm() -> None:
@@ -226,7 +246,7 @@ def test_a_launch_is_carried_by_stopped_instances_the_cheapest_per_request_first
     warm = WarmState({"small": 100.0, "big1": 110.0, "big2": 120.0, "mid": 130.0})
     want = [Launch("m", "c5.large", "on-demand", 30, "serving", "load")]
     rated = {SMALL.key: SMALL_R, BIG.key: BIG_R, MID.key: Rating(0.17, 9.0)}
-    step = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated)
+    step = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated, outrun=True)
     # both p2.xlarge, the cheapest per request (25 of them, 5 left), then the c5.xlarge
     # (two c5.large's worth, 3 left), then its own stopped c5.large (2 left)
     assert set(step.start) == {"small", "big1", "big2", "mid"}
@@ -245,9 +265,15 @@ def test_one_stopped_big_instance_carries_a_launch_its_own_stopped_type_would_on
     warm = WarmState({**{f"s{i}": 100.0 + i for i in range(4)}, "big": 50.0})
     want = [Launch("m", "c5.large", "on-demand", 12, "serving", "load")]
     rated = {SMALL.key: SMALL_R, BIG.key: BIG_R}
-    step = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated)
+    step = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated, outrun=True)
     assert step.start == ("big",) and step.launches == ()
     assert set(step.state.stopped_at) == {f"s{i}" for i in range(4)}
+    # while the fleet carries the load, speed is worth nothing: its own type only
+    calm = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated)
+    assert set(calm.start) == {f"s{i}" for i in range(4)}
+    assert calm.launches == (replace(want[0], count=8),)
     # three wanted: the p2.xlarge would cost more an hour, so its own three start
-    few = warm_step(pool, 300.0, [replace(want[0], count=3)], (), BOOT, WARM, warm, rated)
+    few = warm_step(
+        pool, 300.0, [replace(want[0], count=3)], (), BOOT, WARM, warm, rated, outrun=True
+    )
     assert few.start == ("s3", "s2", "s1") and few.launches == ()
