@@ -39,7 +39,7 @@ from provisioner.control_state import (
     StepConfig,
     counted_members,
 )
-from provisioner.early_step import fleet_capacity
+from provisioner.early_step import EARLY_WINDOWS, fleet_capacity
 from provisioner.forecast_sanity import clip_forecast
 from provisioner.foreseen_rise import buy_ahead_chance, with_rises
 from provisioner.greedy import OptionKey, Plan, PlannerOption, RunningInstance, plan_greedy
@@ -115,11 +115,16 @@ def price_within_rails(
 
 
 def _outrun(snap: Snapshot, state: ControlState, cfg: StepConfig) -> bool:
-    """Whether the load has outrun the fleet: the last P_s window ran above what it
-    carries, booting instances included (``early_step.fleet_capacity``). Only then is a
+    """Whether the load has outrun the fleet: the last ``EARLY_WINDOWS`` P_s windows ran
+    above what it carries, booting instances included (``early_step.fleet_capacity``;
+    one window above it can be a burst of seconds, over before a start). Only then is a
     start's speed worth another type's granularity (``warm_pool.substitute``), and only
     such starts spare spill (``WarmState.outrun_share``)."""
-    return bool(snap.recent_rates) and snap.recent_rates[0] > fleet_capacity(snap, state, cfg)
+    recent = snap.recent_rates[:EARLY_WINDOWS]
+    if len(recent) < EARLY_WINDOWS:
+        return False
+    capacity = fleet_capacity(snap, state, cfg)
+    return all(rate > capacity for rate in recent)
 
 
 def _rated(options: Sequence[PlannerOption], pool: int) -> dict[OptionKey, Rating]:

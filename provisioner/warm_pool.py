@@ -12,20 +12,21 @@ The rules, all pure:
   stopped when a start is faster than a launch; spot instances are terminated (a one-time
   spot request cannot be stopped);
 * **how long a stopped instance is kept** (``hold_s``): while the volume has cost less
-  than what one start saves over a launch, for the boot seconds a start spares: the
-  instance's price and, where spill answers within RT_max, the spill its capacity would
-  take (a start that meets an unforeseen rise serves it that much sooner; on Inception-v3
-  about 1.3× a c5.large's price and 4× a p2.xlarge's). Past that it is terminated.
+  than what one start is expected to save over a launch, for the boot seconds a start
+  spares: the instance's price and, where spill answers within RT_max, the spill its
+  capacity would take (on Inception-v3 about 1.3× a c5.large's price and 4× a
+  p2.xlarge's) at the share of recent starts that met a load outrunning the fleet (a
+  start planned ahead spares no spill; ``counted``). Past that it is terminated.
   Keeping it longer could cost more than launching anew; ending it sooner could throw
   away a start that would have paid. Waiting exactly the break-even time never costs
   more than twice the better choice in hindsight (the ski-rental rule, as the cool-down);
-* **start before launch** (``warm_step``): a launch the plan wants is carried by stopped
-  instances first, newest stopped first and the cheapest per request first: its own
-  type's one for one, another type's where they carry at least as much, as the plan
-  rates them, for no more an hour (``substitute``: a fleet no dearer and no smaller,
-  serving a start after the decision rather than a boot; a surge met with c5.large
-  launches while a p2.xlarge waits stopped). Only the rest is launched. A backup takes
-  only its own type;
+* **start before launch** (``warm_step``): a launch the plan wants starts its type's
+  stopped instances first, newest stopped first. While the load outruns the fleet, it is
+  carried by stopped instances the cheapest per request first: its own type's one for
+  one, another type's where they carry at least as much, as the plan rates them, for no
+  more an hour (``substitute``: a fleet no dearer and no smaller, serving a start after
+  the decision rather than a boot; a surge met with c5.large launches while a p2.xlarge
+  waits stopped). Only the rest is launched. A backup takes only its own type;
 * **cool-down** (``cooldown_s``): an instance that will be stopped costs one start, not one
   boot, to have back, so it is retired once it has gone a start's time unwanted (the
   billing minimum still holds it for its first 60 s);

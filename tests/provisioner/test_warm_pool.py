@@ -277,3 +277,24 @@ def test_one_stopped_big_instance_carries_a_launch_its_own_stopped_type_would_on
         pool, 300.0, [replace(want[0], count=3)], (), BOOT, WARM, warm, rated, outrun=True
     )
     assert few.start == ("s3", "s2", "s1") and few.launches == ()
+
+
+def test_the_plan_lets_another_type_carry_its_launch_only_while_the_load_outruns_it() -> None:
+    big = PlannerOption("p2.xlarge", "on-demand", 0.9, 120.0, latency_s=0.01)
+    stopped = inst("big", "stopped", opt=big)
+    state = ControlState(warm=WarmState({"big": 100.0}))
+    # a rise two steps out: the plan buys twelve c5.large for it (they retire sooner)
+    forecast = (20.0, 20.0, 115.0, 20.0, 20.0)
+    base = Snapshot("m", 1000.0, forecast, 115.0, (SMALL, big), (stopped,))
+    calm = plan_step(base, state, CFG, RT)
+    assert [(la.instance_type, la.count) for la in calm.launches] == [("c5.large", 12)]
+    assert "big" not in calm.state.warm.started_at
+    # the last two 5 s windows ran above what the fleet carries (nothing serves): the
+    # twelve c5.large ($1.02/h, 120 r/s) are carried by the stopped p2.xlarge ($0.90/h)
+    outrun = replace(base, recent_rates=(115.0, 115.0), window_s=5.0)
+    rising = plan_step(outrun, state, CFG, RT)
+    assert "big" in rising.state.warm.started_at
+    assert rising.launches == ()
+    assert rising.state.warm.outrun_share() == 1.0
+    one = replace(base, recent_rates=(115.0,), window_s=5.0)  # one window: a burst, maybe
+    assert "big" not in plan_step(one, state, CFG, RT).state.warm.started_at
