@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 from mark.catalog import LambdaPrices
 from mark.state.records import LedgerEntry
+from provisioner.standby_value import HOURS_PER_MONTH
 
 EC2_MINIMUM_S = 60.0
-EBS_MONTH_S = 730 * 3600.0  # the average month (8,760 h / 12) a GB-month is prorated over
+EBS_MONTH_S = HOURS_PER_MONTH * 3600.0  # the average month (8,760 h / 12) a GB-month spans
 PROVISIONED_ROUNDING_S = 300.0  # a provisioned-concurrency period is billed in 5-minute steps
 LAMBDA = "lambda"
 LAMBDA_ON_PC = "lambda-on-pc"
@@ -247,3 +248,9 @@ def provisioned_hourly(prices: LambdaPrices, concurrency: int, memory_mb: int) -
     if concurrency <= 0:
         return 0.0
     return concurrency * memory_mb / 1024.0 * provisioned_rates(prices, "x86_64")[0] * 3600.0
+
+
+def ebs_per_hour(gb: float, gb_month_price: float) -> float:
+    """What a volume of ``gb`` costs an hour at ``gb_month_price`` ($ per GB-month), as
+    ``ebs_charge`` prorates it."""
+    return gb * gb_month_price * 3600.0 / EBS_MONTH_S

@@ -34,7 +34,8 @@ from provisioner.spill_evidence import SpillEvidence
 from provisioner.spot import SpotHolding, standby_pool_size
 
 HOURS_PER_MONTH = 730.0
-"""AWS's billing month (also ``mark.billing.EBS_MONTH_S``)."""
+"""The average month (8,760 h / 12): the Spot Instance Advisor's monthly share and an
+EBS GB-month (``mark.billing.EBS_MONTH_S``) both span it."""
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,7 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         for key, n in allowed.items()
     )
     ours = snap.mine()
+    outrun = cfg.warm is not None and _outrun(snap, state, cfg)
     warm = warm_step(
         ours,
         now,
@@ -192,8 +193,8 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         cfg.boot_s,
         cfg.warm,
         state.warm,
-        _rated(options, fleet_size(plan) if planner is plan_pooled else 1),
-        _outrun(snap, state, cfg),
+        _rated(options, fleet_size(plan) if planner is plan_pooled else 1) if outrun else None,
+        outrun,
     )
     notes += warm.notes
     known = {m.instance_id for m in ours}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from mark.billing import EBS_MONTH_S
+from mark.billing import ebs_per_hour
 from mark.catalog import Catalog
 from mark.cloud.aws.instances import TAG_CLUSTER
 from mark.config import ModelSpec, Settings
@@ -146,7 +146,7 @@ def explore_candidates(settings: Settings, catalog: Catalog) -> list[Candidate]:
 def volume_per_hour(settings: Settings, ebs_gb_month: float) -> float:
     """What a stopped worker's root volume costs an hour ($, ``offerings.volume_gb`` at
     ``ebs_gb_month``)."""
-    return settings.offerings.volume_gb * ebs_gb_month * 3600.0 / EBS_MONTH_S
+    return ebs_per_hour(settings.offerings.volume_gb, ebs_gb_month)
 
 
 def standby_value(settings: Settings, boot_s: float, ebs_gb_month: float) -> StandbyValue:

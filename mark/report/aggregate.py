@@ -40,11 +40,11 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from mark.billing import (
-    EBS_MONTH_S,
     LAMBDA_COMPONENTS,
     LAMBDA_PC,
     LAMBDA_RUN_COMPONENTS,
     ebs_charge,
+    ebs_per_hour,
     ec2_charge,
 )
 from mark.state.records import InstanceEvent, InstanceRecord, LedgerEntry
@@ -180,7 +180,7 @@ def collect_charges(
                 start=span.start,
                 end=end,
                 component=EBS,
-                unit_price=volume_gb * gb_month * 3600.0 / EBS_MONTH_S,  # $/h
+                unit_price=ebs_per_hour(volume_gb, gb_month),
                 cost=ebs_charge(volume_gb, gb_month, span.start, end),
                 instance_id=inst.instance_id,
                 instance_type=inst.instance_type,
