@@ -80,6 +80,8 @@ class PlanStep:
     """Stopped instances of the warm pool to start instead of launching."""
     stop: tuple[str, ...] = ()
     """Retired instances to stop into the warm pool (``provisioner.warm_pool``)."""
+    replaced: tuple[Launch, ...] = ()
+    """The plan's launches ``start`` stands in for: launched if the starts fail."""
 
 
 def rail_notes(hits: Sequence[RailHit]) -> list[Note]:
@@ -232,6 +234,7 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         ),
         warm.start,
         warm.stop,
+        warm.replaced,
     )
 
 

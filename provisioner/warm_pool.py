@@ -115,6 +115,9 @@ class WarmStep:
     notes: tuple[Note, ...]
     state: WarmState
     """The next state, once the starts and stops are carried out."""
+    replaced: tuple[Launch, ...] = ()
+    """The launches ``start`` stands in for: what to launch if the cloud refuses the
+    starts (another type's start may stand in for a dozen launches of the plan's type)."""
 
 
 def pooled(mine: Sequence[Member]) -> list[Member]:
@@ -176,6 +179,7 @@ def warm_step(
     available = _available(pool, stopped_at, set(expired))
     start, out, taken = _take(available, launches, (rated or {}) if outrun else {})
     notes += taken
+    replaced = _replaced(launches, out)
     stop = tuple(i for i in retire if i in by_id and keeps_warm(by_id[i], boot_s, cfg))
     terminate = (*(i for i in retire if i not in stop), *expired)
     for i in start:
@@ -189,7 +193,19 @@ def warm_step(
         tuple(terminate),
         tuple(notes),
         counted(WarmState(kept, started_at, warm.starts, warm.outrun_starts), len(start), outrun),
+        replaced,
     )
+
+
+def _replaced(wanted: Sequence[Launch], left: Sequence[Launch]) -> tuple[Launch, ...]:
+    """What of ``wanted`` the starts carry: each launch less what is still launched."""
+    still = {(a.key, a.role): a.count for a in left}
+    out = []
+    for a in wanted:
+        n = a.count - still.pop((a.key, a.role), 0)
+        if n > 0:
+            out.append(replace(a, count=n))
+    return tuple(out)
 
 
 START_MEMORY = 50.0

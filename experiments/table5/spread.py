@@ -11,9 +11,11 @@ before any run: days 10 (the paper's) and 12, seeds 0, 1, 2.
 
     .venv/bin/python experiments/table5/spread.py [--jobs 2] [--hours 8]
 
-Each run's JSON goes to `results-spread/<predictor>/<model>/day<D>-seed<S>.json`; a run
-whose file exists is not run again (delete the folder to start afresh), so an interrupted
-sweep resumes. The summary is written to `spread-<predictor>.md` and printed.
+Each run's JSON goes to `results-spread/<label>/<model>/day<D>-seed<S>.json` (the label is
+the predictor's name unless `--label` gives another, so a later sweep of the same predictor
+keeps the earlier one's files); a run whose file exists is not run again (delete the folder
+to start afresh), so an interrupted sweep resumes. The summary is written to
+`spread-<label>.md` and printed.
 """
 
 from __future__ import annotations
@@ -39,12 +41,12 @@ POLICIES = "mark,mark-spot,sagemaker,clairvoyant"
 Doc = dict[str, dict[str, float]]
 
 
-def out_path(predictor: str, model: str, day: float, seed: int) -> Path:
-    return HERE / "results-spread" / predictor / model / f"day{day:g}-seed{seed}.json"
+def out_path(label: str, model: str, day: float, seed: int) -> Path:
+    return HERE / "results-spread" / label / model / f"day{day:g}-seed{seed}.json"
 
 
-def run_one(model: str, day: float, seed: int, hours: float, predictor: str) -> Path:
-    path = out_path(predictor, model, day, seed)
+def run_one(model: str, day: float, seed: int, hours: float, predictor: str, label: str) -> Path:
+    path = out_path(label, model, day, seed)
     if path.exists():
         return path
     cmd = [
@@ -96,7 +98,9 @@ def main() -> None:
     ap.add_argument("--predictor", default="lstm-calendar")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--jobs", type=int, default=1, help="simulations run at once")
+    ap.add_argument("--label", help="the results' folder and summary name (default: the predictor)")
     args = ap.parse_args()
+    label = args.label or args.predictor
     models = args.models.split(",")
     unknown = [m for m in models if m not in MODELS]
     if unknown:
@@ -104,7 +108,9 @@ def main() -> None:
     todo = [(m, d, s) for m in models for d in DAYS for s in SEEDS]
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(run_one, m, d, s, args.hours, args.predictor) for m, d, s in todo]
+        futures = [
+            pool.submit(run_one, m, d, s, args.hours, args.predictor, label) for m, d, s in todo
+        ]
         for k, ((m, d, s), f) in enumerate(zip(todo, futures, strict=True), 1):
             f.result()
             took = time.perf_counter() - started
@@ -120,11 +126,11 @@ def main() -> None:
         "|---|" + "---|" * (len(METRICS) + 1),
     ]
     for m in models:
-        docs = [load(out_path(args.predictor, m, d, s)) for d in DAYS for s in SEEDS]
+        docs = [load(out_path(label, m, d, s)) for d in DAYS for s in SEEDS]
         cells = [summary([f(doc) for doc in docs], unit) for _, f, unit in METRICS]
         od, spot = PAPER_SM_OVER[m]
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {od:.2f}×, {spot:.2f}× |")
-    (HERE / f"spread-{args.predictor}.md").write_text("\n".join(lines) + "\n")
+    (HERE / f"spread-{label}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

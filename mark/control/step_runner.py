@@ -6,7 +6,6 @@ backups. The decisions are all pure steps; this is their order and their effects
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -493,20 +492,17 @@ async def _warm_start(
     reconciler: Reconciler,
     notes: list[Note],
 ) -> list[Launch]:
-    """Start the stopped instances the step takes out of the warm pool; what the cloud
-    refused to start is launched instead (returned), so the plan's capacity still comes."""
+    """Start the stopped instances the step takes out of the warm pool; if the cloud
+    refuses, the plan's launches they stood in for are launched instead (returned), so
+    the plan's capacity still comes, of the type the plan chose."""
     if not result.start:
         return []
     infos = {i.instance_id: i for i in everything}
     try:
         await reconciler.start(result.start)
     except CloudError as exc:
-        notes.append(Note("warm-start-failed", f"{exc}; launched instead"))
-        wanted = Counter((infos[i].model, infos[i].instance_type) for i in result.start)
-        return [
-            Launch(m, t, "on-demand", n, "serving", "the warm start failed")
-            for (m, t), n in sorted(wanted.items())
-        ]
+        notes.append(Note("warm-start-failed", f"{exc}; the plan's launches made instead"))
+        return [replace(a, reason="the warm start failed") for a in result.replaced]
     for iid in result.start:
         await recorder.set_state(
             infos[iid], InstanceState.PENDING, now, "started from the warm pool"

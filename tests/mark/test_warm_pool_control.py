@@ -14,6 +14,7 @@ from mark.catalog import Market, load_catalog
 from mark.clock import ManualClock
 from mark.config import Settings, load_settings
 from mark.control import Controller, build_options
+from mark.errors import CloudError
 from mark.ports import InstanceState
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
@@ -132,6 +133,51 @@ async def test_retired_instances_wait_stopped_and_start_when_the_load_returns(
         assert {i.instance_id for i in await fleet.list()} == set()
         ledger = await store.ledger(model=spec.name)
         assert len(ledger) == 2 * len(bought)  # two runs each, nothing billed while stopped
+    finally:
+        await store.close()
+
+
+class _RefusingStarts(SimFleet):
+    """EC2 refusing to start stopped instances (``InsufficientInstanceCapacity`` on
+    ``StartInstances`` is a documented failure)."""
+
+    async def start(self, instance_ids: Sequence[str]) -> None:
+        raise CloudError(f"InsufficientInstanceCapacity starting {list(instance_ids)}")
+
+
+async def test_a_refused_warm_start_launches_what_the_plan_wanted_instead(
+    tmp_path: Path,
+) -> None:
+    settings, options, clock, _ = _world({"warm_start_s": 20})
+    fleet = _RefusingStarts(load_catalog(), clock.now, boot_delay_s=lambda _t: BOOT)
+    spec = settings.models[0]
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    rate = 3 * options[0].capacity_rps
+
+    async def load(at: float, minutes: int) -> None:
+        n = minutes * 12
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, at - 5 * n + 5 * k, 5.0, int(rate * 5)) for k in range(n)]
+        )
+
+    try:
+        await load(T0, 60)
+        ctl = Controller(settings, fleet, store, {spec.name: options}, boot_s=BOOT)
+        (first,) = await ctl.step(clock.now())
+        bought = sorted(i.instance_id for i in first.launched)
+        clock.advance(3600)
+        (idle,) = await ctl.step(clock.now())
+        assert sorted(idle.stopped) == bought
+        clock.advance(600)
+        await load(clock.now(), 10)
+        (back,) = await ctl.step(clock.now())
+        # the start was refused: as many of the plan's type launched, none counted started
+        assert back.started == []
+        assert sorted(i.instance_type for i in back.launched) == ["c5.large"] * len(bought)
+        live = {i.instance_id: i.state for i in await fleet.list()}
+        assert {live[i] for i in bought} == {InstanceState.STOPPED}
+        decisions = [d.action for d in (await store.plans(spec.name))[0].decisions]
+        assert "warm-start-failed" in decisions and "launch" in decisions
     finally:
         await store.close()
 

@@ -267,11 +267,13 @@ def test_one_stopped_big_instance_carries_a_launch_its_own_stopped_type_would_on
     rated = {SMALL.key: SMALL_R, BIG.key: BIG_R}
     step = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated, outrun=True)
     assert step.start == ("big",) and step.launches == ()
+    assert step.replaced == (want[0],)  # if the start fails: the plan's twelve, not a p2
     assert set(step.state.stopped_at) == {f"s{i}" for i in range(4)}
     # while the fleet carries the load, speed is worth nothing: its own type only
     calm = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated)
     assert set(calm.start) == {f"s{i}" for i in range(4)}
     assert calm.launches == (replace(want[0], count=8),)
+    assert calm.replaced == (replace(want[0], count=4),)
     # three wanted: the p2.xlarge would cost more an hour, so its own three start
     few = warm_step(
         pool, 300.0, [replace(want[0], count=3)], (), BOOT, WARM, warm, rated, outrun=True
