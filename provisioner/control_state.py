@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from provisioner.forecast_sanity import ForecastBounds
 from provisioner.greedy import OptionKey, PlannerOption
 from provisioner.guards import GuardConfig
+from provisioner.interruption_rate import InterruptionEvidence
 from provisioner.slo_monitor import SloMonitorState
 from provisioner.spend_rails import Spend, SpendLimits
 from provisioner.spill_evidence import SpillEvidence
@@ -90,8 +91,7 @@ class WarmState:
     outrun_starts: float = 0.0
     """Those of ``starts`` started while the load outran the fleet (spilling), weighted
     alike: the share of starts a start's speed saved spill for (``warm_pool.hold_s``).
-    Neither is saved: after a restart the hold counts the price alone until starts are
-    seen again."""
+    Both are saved with the control state."""
 
     def outrun_share(self) -> float:
         """The share of recent starts that met an outrun load; 0 before any start."""
@@ -242,6 +242,8 @@ class ControlState:
     """Instance id → since when the orphan sweep has found it claimed by nothing."""
     warm: WarmState = field(default_factory=WarmState)
     """The warm pool's stop and start times (``provisioner.warm_pool``)."""
+    interruptions: InterruptionEvidence = field(default_factory=InterruptionEvidence)
+    """The spot notices seen and the spot hours they came in (``provisioner.interruption_rate``)."""
 
     def of(self, model: str) -> ModelControl:
         return self.models.get(model, ModelControl())

@@ -199,6 +199,7 @@ def interruption_step(
         state.with_model(snap.model, replace(control, hold_standbys_until=hold)),
         avoid=response.memory,
         doomed={**state.doomed, instance_id: reclaim_at},
+        interruptions=state.interruptions.noticed(),
     )
     why = (
         f"spot interruption of {instance_id} ({victim.instance_type}) at t={reclaim_at:g}: "

@@ -18,10 +18,11 @@ waits. What it saves depends on what would carry that load without it:
   yet measured, the lost load would be misses, and the pool is sized to the capacity
   at risk, as the paper does (``provisioner.spot.standby_pool_size``).
 
-The interruption rate is the configured one (``offerings.spot_interruption_rate``, the
-share of spot instances interrupted in a month, the AWS Spot Instance Advisor's
-measure; its top bucket, ">20 %", by default): a higher rate keeps more standbys, so
-the default errs towards keeping them. Pure.
+The interruption rate starts as the configured one (``offerings.spot_interruption_rate``,
+the share of spot instances interrupted in a month, the AWS Spot Instance Advisor's
+measure; its top bucket, ">20 %", by default: a higher rate keeps more standbys, so the
+default errs towards keeping them) and is learned from the notices the cluster sees
+(``provisioner.interruption_rate``). Pure.
 """
 
 from __future__ import annotations

@@ -145,9 +145,10 @@ class OfferingsSpec(_Strict):
         default=0.2,
         ge=0,
         description="the share of spot instances interrupted a month (the AWS Spot Instance "
-        "Advisor's 'frequency of interruption'; 0.2, its top bucket '>20%', by default): "
-        "where spill answers within RT_max, the stopped standby pool keeps no more "
-        "standbys than the spill they would save at this rate pays the volumes of",
+        "Advisor's 'frequency of interruption'; 0.2, its top bucket '>20%', by default), "
+        "the prior of the rate learned from the notices the daemon sees: where spill "
+        "answers within RT_max, the stopped standby pool keeps no more standbys than the "
+        "spill they would save at that rate pays the volumes of",
     )
     max_instances: int = Field(default=50, ge=1, le=10_000)
     volume_gb: float = Field(

@@ -31,7 +31,7 @@ from typing import Protocol, runtime_checkable
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from mark.catalog import Catalog, load_catalog
+from mark.catalog import Catalog, Market, load_catalog
 from mark.config import ModelSpec, Settings
 from mark.control.adopt import adopt_fleet
 from mark.control.durable import ControlStore, Durable, default_holder
@@ -203,6 +203,7 @@ class Controller:
             spill=self.state.of(spec.name).spill,
             ebs_gb_month=self.catalog.ebs_gb_month,
             options=self.options.get(spec.name, ()),
+            interruptions=self.state.interruptions,
         )
 
     async def set_options(
@@ -287,6 +288,14 @@ class Controller:
         await end_vanished(self.store, self._parts.recorder, listed, now)
         configured = {m.name for m in self.settings.models}
         self.state = forget_gone(self.state, {i.instance_id for i in listed}, configured)
+        self.state = replace(
+            self.state,
+            interruptions=self.state.interruptions.ran(
+                sum(i.market is Market.SPOT and i.state in LIVE for i in listed),
+                now,
+                2 * self.settings.timings.update_period_s,
+            ),
+        )
         for spec in self.settings.models:
             if early is not None and spec.name not in early:
                 continue
@@ -358,6 +367,7 @@ class Controller:
                 self.standby_loss_fraction,
                 boot_s=self.boot_s,
                 ebs_gb_month=self.catalog.ebs_gb_month,
+                interruptions=self.state.interruptions,
             ),
             self._parts.recorder,
             self._parts.reconciler,

@@ -38,6 +38,7 @@ from mark.config import Settings
 from mark.errors import StoreError
 from mark.state.records import ControlStateRecord, LeaseRecord
 from provisioner.control_state import ControlState, ModelControl, PendingStart, WarmState
+from provisioner.interruption_rate import InterruptionEvidence
 from provisioner.slo_monitor import SloMonitorState
 from provisioner.spill_evidence import SpillEvidence
 from provisioner.spot import InterruptionMemory
@@ -104,13 +105,21 @@ def encode_state(state: ControlState) -> dict[str, Any]:
         "warm": {
             "stopped_at": dict(sorted(state.warm.stopped_at.items())),
             "started_at": dict(sorted(state.warm.started_at.items())),
+            "starts": state.warm.starts,
+            "outrun_starts": state.warm.outrun_starts,
+        },
+        "interruptions": {
+            "notices": state.interruptions.notices,
+            "spot_hours": state.interruptions.spot_hours,
         },
     }
 
 
 def _without_evidence(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` less what changes with every request or step: spill evidence, spot hours."""
     models = {m: {k: v for k, v in c.items() if k != "spill"} for m, c in data["models"].items()}
-    return {**data, "models": models}
+    notices = {"notices": data.get("interruptions", {}).get("notices", 0.0)}
+    return {**data, "models": models, "interruptions": notices}
 
 
 def decode_state(data: Mapping[str, Any]) -> ControlState:
@@ -126,6 +135,7 @@ def decode_state(data: Mapping[str, Any]) -> ControlState:
         )
         for name, c in data["models"].items()
     }
+    warm, seen = data.get("warm", {}), data.get("interruptions", {})
     return ControlState(
         models=models,
         avoid=InterruptionMemory({(str(a), str(b)): float(t) for a, b, t in data["avoid"]}),
@@ -136,8 +146,13 @@ def decode_state(data: Mapping[str, Any]) -> ControlState:
         },
         orphans={str(i): float(t) for i, t in data["orphans"].items()},
         warm=WarmState(  # absent in a state saved before the warm pool: none known
-            {str(i): float(t) for i, t in data.get("warm", {}).get("stopped_at", {}).items()},
-            {str(i): float(t) for i, t in data.get("warm", {}).get("started_at", {}).items()},
+            {str(i): float(t) for i, t in warm.get("stopped_at", {}).items()},
+            {str(i): float(t) for i, t in warm.get("started_at", {}).items()},
+            float(warm.get("starts", 0.0)),
+            float(warm.get("outrun_starts", 0.0)),
+        ),
+        interruptions=InterruptionEvidence(  # absent before it was learned: none seen
+            float(seen.get("notices", 0.0)), float(seen.get("spot_hours", 0.0))
         ),
     )
 
@@ -239,8 +254,9 @@ class Durable:
 
     async def save(self, state: ControlState, now: float, *, evidence: bool = False) -> None:
         """Save the state if it changed since last saved; a failure is logged, not fatal
-        (the next task saves again). Spill evidence changes with every spilled request:
-        a change in it alone is saved only with ``evidence`` (once per control step)."""
+        (the next task saves again). Spill evidence changes with every spilled request, and
+        the spot hours counted with every step: a change in them alone is saved only with
+        ``evidence`` (once per control step)."""
         if self.store is None:
             return
         data = encode_state(state)

@@ -18,6 +18,7 @@ from provisioner.forecast_sanity import ForecastBounds
 from provisioner.greedy import OptionKey, PlannerOption
 from provisioner.guards import GuardConfig
 from provisioner.health_step import HealthConfig
+from provisioner.interruption_rate import InterruptionEvidence
 from provisioner.orphan_step import OrphanConfig, StandbyPool
 from provisioner.pooling import pool_with
 from provisioner.slo_monitor import SloMonitorConfig, backup_offering
@@ -58,10 +59,12 @@ def step_config(
     spill: SpillEvidence = SpillEvidence(),
     ebs_gb_month: float = 0.0,
     options: Sequence[PlannerOption] = (),
+    interruptions: InterruptionEvidence = InterruptionEvidence(),
 ) -> StepConfig:
     """The model's step settings; ``spill`` (what its spilled requests showed lately)
     decides pooled capacity under ``auto``, the capacity target's spill price and, with
-    the model's ``options``, what a warm start spares against spill."""
+    the model's ``options``, what a warm start spares against spill; ``interruptions``
+    (the cluster's spot notices) the standby pool's worth."""
     t = settings.timings
     planner = settings.planner
     budget = settings.budget
@@ -84,7 +87,7 @@ def step_config(
         standby_price=price(standby, "on-demand") if standby is not None else 0.0,
         standby_capacity_rps=standby_capacity_rps,
         standby_loss_fraction=standby_loss_fraction,
-        standby_value=standby_value(settings, boot_s, ebs_gb_month),
+        standby_value=standby_value(settings, boot_s, ebs_gb_month, interruptions),
         unavailable_ttl_s=unavailable_ttl_s,
         pooled=pool_with(planner.pooled_capacity, spill),
         pool_for_rises=planner.pooled_capacity == "auto",
@@ -149,11 +152,17 @@ def volume_per_hour(settings: Settings, ebs_gb_month: float) -> float:
     return ebs_per_hour(settings.offerings.volume_gb, ebs_gb_month)
 
 
-def standby_value(settings: Settings, boot_s: float, ebs_gb_month: float) -> StandbyValue:
-    """What prices a stopped standby (``provisioner.standby_value``): the configured spot
-    interruption rate, the boot a replacement needs, the volume's hourly price."""
+def standby_value(
+    settings: Settings,
+    boot_s: float,
+    ebs_gb_month: float,
+    seen: InterruptionEvidence = InterruptionEvidence(),
+) -> StandbyValue:
+    """What prices a stopped standby (``provisioner.standby_value``): the spot interruption
+    rate (the configured one, learned from the notices ``seen``), the boot a replacement
+    needs, the volume's hourly price."""
     return StandbyValue(
-        interruptions_per_hour(settings.offerings.spot_interruption_rate),
+        seen.rate_per_hour(interruptions_per_hour(settings.offerings.spot_interruption_rate)),
         boot_s,
         volume_per_hour(settings, ebs_gb_month),
     )
@@ -168,6 +177,7 @@ def orphan_config(
     *,
     boot_s: float,
     ebs_gb_month: float,
+    interruptions: InterruptionEvidence = InterruptionEvidence(),
 ) -> OrphanConfig:
     """The sweep's rules: the cluster's tag, every configured model's standby pool, the
     grace and the kinds ``control.terminate_orphans`` lets it end."""
@@ -180,7 +190,7 @@ def orphan_config(
                 tuple(options.get(m.name, ())),
                 standby_capacity.get(m.name, 0.0) if pools else 0.0,
                 loss_fraction,
-                standby_value(settings, boot_s, ebs_gb_month),
+                standby_value(settings, boot_s, ebs_gb_month, interruptions),
             )
             for m in settings.models
         },

@@ -23,8 +23,9 @@ from mark.ports import InstanceRole, InterruptionNotice, LaunchRequest, NoticeKi
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, ControlStateRecord, SqlStore, migrate, open_store
 from mark.state.store import make_engine
-from provisioner.control_state import ControlState, ModelControl, PendingStart
+from provisioner.control_state import ControlState, ModelControl, PendingStart, WarmState
 from provisioner.greedy import PlannerOption
+from provisioner.interruption_rate import InterruptionEvidence
 from provisioner.slo_monitor import SloMonitorState
 from provisioner.spill_evidence import SpillEvidence
 from provisioner.spot import InterruptionMemory
@@ -46,6 +47,8 @@ STATE = ControlState(
     doomed={"i-2": T0 + 120},
     pending_starts={"i-2": PendingStart("digits", 12.5, T0 + 180)},
     orphans={"i-9": T0 - 60},
+    warm=WarmState({"i-5": T0 - 30}, {"i-6": T0 - 10}, starts=3.5, outrun_starts=1.25),
+    interruptions=InterruptionEvidence(2.0, 340.5),
 )
 
 
@@ -72,7 +75,22 @@ def test_the_state_round_trips_through_strict_json() -> None:
     )
     assert back.of("other").hold_standbys_until == -math.inf
     assert back.of("other").spill == SpillEvidence(120.0, 90.5, 0.0023, 1200.0, 700.5)
+    # the warm pool's learned share and the spot notices are kept; when spot hours were
+    # last counted is not (a restart counts from its first step)
+    assert back.warm == STATE.warm and back.warm.outrun_share() == pytest.approx(1.25 / 3.5)
+    assert back.interruptions == STATE.interruptions
+    counting = replace(STATE, interruptions=InterruptionEvidence(2.0, 340.5, counted_at=T0))
+    assert decode_state(encode_state(counting)).interruptions == InterruptionEvidence(2.0, 340.5)
     assert decode_state(encode_state(ControlState())) == ControlState()
+
+
+def test_a_state_saved_before_the_warm_share_and_spot_notices_reads_with_none() -> None:
+    data = encode_state(STATE)
+    del data["warm"]["starts"], data["warm"]["outrun_starts"], data["interruptions"]
+    back = decode_state(data)
+    assert (back.warm.starts, back.warm.outrun_starts) == (0.0, 0.0)
+    assert back.warm.stopped_at == STATE.warm.stopped_at
+    assert back.interruptions == InterruptionEvidence()
 
 
 def test_a_state_saved_before_the_long_view_of_spill_reads_without_it() -> None:
@@ -153,6 +171,13 @@ async def test_saving_writes_only_what_changed(db_url: str) -> None:
         assert (await store.control_state("prod")).saved_at == T0  # type: ignore[union-attr]
         await durable.save(spilled, T0 + 14, evidence=True)
         assert (await store.control_state("prod")).saved_at == T0 + 14  # type: ignore[union-attr]
+        # spot hours alone wait for the step's save too; a notice is saved at once
+        seen = spilled.interruptions
+        ran = replace(spilled, interruptions=replace(seen, spot_hours=seen.spot_hours + 1))
+        await durable.save(ran, T0 + 15)
+        assert (await store.control_state("prod")).saved_at == T0 + 14  # type: ignore[union-attr]
+        await durable.save(replace(ran, interruptions=ran.interruptions.noticed()), T0 + 16)
+        assert (await store.control_state("prod")).saved_at == T0 + 16  # type: ignore[union-attr]
         await durable.save(ControlState(), T0 + 20)
         assert (await store.control_state("prod")).saved_at == T0 + 20  # type: ignore[union-attr]
     finally:

@@ -15,7 +15,7 @@ from mark.catalog import Market, load_catalog
 from mark.clock import ManualClock
 from mark.config import Settings, load_settings
 from mark.control import Controller, build_options, max_rate_per_minute
-from mark.ports import InstanceInfo, InstanceState
+from mark.ports import InstanceInfo, InstanceState, InterruptionNotice, NoticeKind
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
 from predictor.base import FloatArray, Forecaster, History, RiseOutlook
@@ -552,6 +552,72 @@ async def test_stopped_standbys_worth_less_than_their_volumes_are_ended_and_bill
             if i.role is InstanceRole.STANDBY and i.state is not InstanceState.TERMINATED
         ]
         assert len(again) == len(standbys)
+    finally:
+        await store.close()
+
+
+async def test_spot_notices_raise_the_interruption_rate_the_pool_is_priced_at(
+    tmp_path: Path,
+) -> None:
+    """The standby pool is priced at the interruption rate the cluster meets: with spill
+    cheap enough that the configured rate keeps no standby, two notices (about eleven
+    times the configured 0.2 a month, over the few spot hours seen) buy standbys, and a
+    restart keeps what was learned."""
+    from mark.ports import InstanceRole
+
+    settings, options, clock, fleet = _spot_with_standbys()
+    spec = settings.models[0]
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+
+    async def standbys() -> list[str]:
+        return [
+            i.instance_id
+            for i in await fleet.list()
+            if i.role is InstanceRole.STANDBY and i.state is not InstanceState.TERMINATED
+        ]
+
+    try:
+        rate = 2.5 * options[0].capacity_rps
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 - 3600 + 5 * k, 5.0, int(rate * 5)) for k in range(720)]
+        )
+        kwargs: dict[str, Any] = {"boot_s": 60.0, "standby_capacity": {spec.name: 10.0}}
+        ctl = Controller(settings, fleet, store, {spec.name: options}, cluster="c", **kwargs)
+        (first,) = await ctl.step(clock.now())
+        spot = [i for i in first.launched if i.market is Market.SPOT]
+        value = ctl.config_for(spec).standby_value
+        assert value is not None
+        assert value.interruptions_per_hour == pytest.approx(0.2 / 730)
+        # spill in time at the price where the configured rate saves half a volume an hour
+        price = value.volume_per_hour / (
+            2 * value.interruptions_per_hour * len(spot) * options[0].capacity_rps * 60.0
+        )
+        clock.advance(61)
+        await ctl.step(clock.now())  # booted: the paper's pool, stopped
+        assert await standbys()
+        await ctl.record_spills({spec.name: SpillCounts(1000, 1000, 1000 * price)})
+        clock.advance(60)
+        await ctl.step(clock.now())
+        assert await standbys() == []
+
+        for victim in spot[:2]:
+            notice = InterruptionNotice(
+                victim.instance_id, NoticeKind.INTERRUPTION, clock.now(), clock.now() + 120
+            )
+            await ctl.on_interruption(notice, clock.now())
+        seen = ctl.state.interruptions
+        assert seen.notices == 2.0 and seen.spot_hours >= len(spot) * 121 / 3600
+        learned = ctl.config_for(spec).standby_value
+        assert learned is not None
+        assert learned.interruptions_per_hour == pytest.approx((0.2 + 2) / (730 + seen.spot_hours))
+        clock.advance(60)
+        await ctl.step(clock.now())
+        assert await standbys(), "at the rate met, spill no longer pays for the loss"
+
+        await ctl.resign()
+        again = Controller(settings, fleet, store, {spec.name: options}, cluster="c", **kwargs)
+        await again.adopt(clock.now())
+        assert again.state.interruptions.notices == 2.0
     finally:
         await store.close()
 
