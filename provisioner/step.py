@@ -26,7 +26,7 @@ counted on capacity that did not come. Pure: no I/O, no clock, no await.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from provisioner.capacity_target import capacity_target, critical_quantile
@@ -116,17 +116,28 @@ def price_within_rails(
     return dict(allowed), rail_notes(hits)
 
 
-def _outrun(snap: Snapshot, state: ControlState, cfg: StepConfig) -> bool:
-    """Whether the load has outrun the fleet: the last ``EARLY_WINDOWS`` P_s windows ran
-    above what it carries, booting instances included (``early_step.fleet_capacity``;
-    one window above it can be a burst of seconds, over before a start). Only then is a
-    start's speed worth another type's granularity (``warm_pool.substitute``), and only
-    such starts spare spill (``WarmState.outrun_share``)."""
+def _outrun_by(snap: Snapshot, state: ControlState, cfg: StepConfig) -> float | None:
+    """How far the load has outrun the fleet (r/s), None where it has not: the last
+    ``EARLY_WINDOWS`` P_s windows ran above what it carries, booting instances included
+    (``early_step.fleet_capacity``; one window above it can be a burst of seconds, over
+    before a start), by the least of them. Only then is a start's speed worth another
+    type's granularity (``warm_pool.substitute``), and only such starts spare spill
+    (``WarmState.outrun_share``)."""
     recent = snap.recent_rates[:EARLY_WINDOWS]
     if len(recent) < EARLY_WINDOWS:
-        return False
-    capacity = fleet_capacity(snap, state, cfg)
-    return all(rate > capacity for rate in recent)
+        return None
+    above = min(recent) - fleet_capacity(snap, state, cfg)
+    return above if above > 0.0 else None
+
+
+def _spare_rps(
+    above: float | None, launches: Sequence[Launch], rated: Mapping[OptionKey, Rating] | None
+) -> float:
+    """The load waiting beyond the fleet and the step's launches (``warm_pool.substitute``)."""
+    if above is None or rated is None:
+        return 0.0
+    coming = sum(a.count * rated[a.key].capacity_rps for a in launches if a.key in rated)
+    return max(0.0, above - coming)
 
 
 def _rated(options: Sequence[PlannerOption], pool: int) -> dict[OptionKey, Rating]:
@@ -186,7 +197,12 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         for key, n in allowed.items()
     )
     ours = snap.mine()
-    outrun = cfg.warm is not None and _outrun(snap, state, cfg)
+    above = _outrun_by(snap, state, cfg) if cfg.warm is not None else None
+    rated = (
+        _rated(options, fleet_size(plan) if planner is plan_pooled else 1)
+        if above is not None
+        else None
+    )
     warm = warm_step(
         ours,
         now,
@@ -195,8 +211,9 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
         cfg.boot_s,
         cfg.warm,
         state.warm,
-        _rated(options, fleet_size(plan) if planner is plan_pooled else 1) if outrun else None,
-        outrun,
+        rated,
+        above is not None,
+        _spare_rps(above, launches, rated),
     )
     notes += warm.notes
     known = {m.instance_id for m in ours}

@@ -26,7 +26,10 @@ The rules, all pure:
   one, another type's where they carry at least as much, as the plan rates them, for no
   more an hour (``substitute``: a fleet no dearer and no smaller, serving a start after
   the decision rather than a boot; a surge met with c5.large launches while a p2.xlarge
-  waits stopped). Only the rest is launched. A backup takes only its own type;
+  waits stopped), or for more an hour where they are no dearer per request and all
+  they carry beyond the launches is load already waiting beyond the fleet and the
+  step's launches (their extra capacity is used at once). Only the rest is launched.
+  A backup takes only its own type;
 * **cool-down** (``cooldown_s``): an instance that will be stopped costs one start, not one
   boot, to have back, so it is retired once it has gone a start's time unwanted (the
   billing minimum still holds it for its first 60 s);
@@ -139,6 +142,7 @@ def warm_step(
     warm: WarmState,
     rated: Mapping[OptionKey, Rating] | None = None,
     outrun: bool = False,
+    spare_rps: float = 0.0,
 ) -> WarmStep:
     """Starts for launches, stops for retirements, and the pool's expired instances ended.
 
@@ -146,8 +150,9 @@ def warm_step(
     plan, the guards and the rails decided; ``rated`` each offering's price and capacity
     as the plan counts them; ``outrun`` whether the load has outrun the fleet now. Only
     then may another type carry a launch (``substitute``: a start's speed is worth its
-    granularity only while load spills); otherwise, or without ``rated``, a launch takes
-    only stopped instances of its own type. Without a pool (``cfg`` None) everything
+    granularity only while load spills; ``spare_rps`` what the load runs above the fleet
+    and the launches); otherwise, or without ``rated``, a launch takes only stopped
+    instances of its own type. Without a pool (``cfg`` None) everything
     retired is terminated, and what an earlier configuration left stopped is ended.
     """
     by_id = {m.instance_id: m for m in mine}
@@ -177,7 +182,7 @@ def warm_step(
         for i in expired
     ]
     available = _available(pool, stopped_at, set(expired))
-    start, out, taken = _take(available, launches, (rated or {}) if outrun else {})
+    start, out, taken = _take(available, launches, (rated or {}) if outrun else {}, spare_rps)
     notes += taken
     replaced = _replaced(launches, out)
     stop = tuple(i for i in retire if i in by_id and keeps_warm(by_id[i], boot_s, cfg))
@@ -289,13 +294,19 @@ class Rating:
     capacity_rps: float
 
 
-def substitute(count: int, launched: Rating, stopped: Rating, available: int) -> tuple[int, int]:
+def substitute(
+    count: int, launched: Rating, stopped: Rating, available: int, spare_rps: float = 0.0
+) -> tuple[int, int]:
     """How many stopped instances of another offering to start in place of how many of
     ``count`` launches: (starts, launches replaced), (0, 0) for none.
 
     First as many as each carry whole launches' worth (no more than ``available``), then
     one more for what is left if it carries it; each part only if it carries at least
-    what it replaces and costs no more an hour."""
+    what it replaces and costs no more an hour. The last one may cost more an hour where
+    it is no dearer per request and all it carries beyond what it replaces is load
+    already waiting (``spare_rps``: what the load runs above the fleet and every launch
+    of the step): then its extra capacity is used at once, at a lower price per request
+    than the launches', and it serves a start after the decision rather than a boot."""
     a, b = launched, stopped
     if count <= 0 or available <= 0 or a.capacity_rps <= 0 or b.capacity_rps <= 0:
         return 0, 0
@@ -308,7 +319,13 @@ def substitute(count: int, launched: Rating, stopped: Rating, available: int) ->
         rest > 0
         and starts < available
         and b.capacity_rps >= rest * a.capacity_rps - 1e-9
-        and b.price_per_hour <= rest * a.price_per_hour
+        and (
+            b.price_per_hour <= rest * a.price_per_hour
+            or (
+                b.price_per_hour * a.capacity_rps <= a.price_per_hour * b.capacity_rps
+                and b.capacity_rps - rest * a.capacity_rps <= spare_rps + 1e-9
+            )
+        )
     ):
         starts, replaced = starts + 1, count
     return starts, replaced
@@ -318,17 +335,20 @@ def _take(
     available: dict[tuple[str, str], list[str]],
     launches: Sequence[Launch],
     rated: Mapping[OptionKey, Rating],
+    spare_rps: float = 0.0,
 ) -> tuple[list[str], list[Launch], list[Note]]:
     """Each serving launch carried by stopped instances first (taken out of
-    ``available``, ``_carry``): the ids to start, the launches left, a note per offering
-    started. A standby or a measuring launch takes nothing."""
+    ``available``, ``_carry``; ``spare_rps`` as ``substitute`` has it, shared by the
+    launches): the ids to start, the launches left, a note per offering started. A
+    standby or a measuring launch takes nothing."""
     start: list[str] = []
     out: list[Launch] = []
     notes: list[Note] = []
+    spare = [spare_rps]
     for a in launches:
         left = a.count
         if a.role in SERVING_ROLES:
-            ids, left, taken = _carry(a, available, rated)
+            ids, left, taken = _carry(a, available, rated, spare)
             start += ids
             notes += taken
         if left > 0:
@@ -340,10 +360,12 @@ def _carry(
     a: Launch,
     available: dict[tuple[str, str], list[str]],
     rated: Mapping[OptionKey, Rating],
+    spare: list[float],
 ) -> tuple[list[str], int, list[Note]]:
     """The stopped instances that carry launch ``a``, the cheapest per request first:
     its own offering's one for one, others' where ``substitute`` allows (only its own
-    where ``a`` is not rated). The ids to start, the launches left, a note per offering."""
+    where ``a`` is not rated; ``spare[0]``, the waiting load, less what a start carries
+    beyond its launches). The ids to start, the launches left, a note per offering."""
     mine = rated.get(a.key)
     keys = [a.key]
     if mine is not None:
@@ -359,7 +381,9 @@ def _carry(
         if k == a.key or mine is None:
             starts = replaced = min(left, len(free))
         else:
-            starts, replaced = substitute(left, mine, rated[k], len(free))
+            starts, replaced = substitute(left, mine, rated[k], len(free), spare[0])
+            extra = starts * rated[k].capacity_rps - replaced * mine.capacity_rps
+            spare[0] -= max(0.0, extra)
         if starts == 0:
             continue
         available[k] = free[starts:]
@@ -382,7 +406,7 @@ def _started_note(
         text = (
             f"{starts} stopped {k[0]} started in place of {replaced} {a.instance_type} "
             f"launches: at least their capacity ({starts} × {theirs.capacity_rps:.1f} "
-            f"against {replaced} × {mine.capacity_rps:.1f} r/s) for no more an hour, "
+            f"against {replaced} × {mine.capacity_rps:.1f} r/s), no dearer per request, "
             "serving after a start rather than a boot"
         )
     return Note("warm-start", text, k[0], k[1], starts)

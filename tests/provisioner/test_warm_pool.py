@@ -236,6 +236,39 @@ def test_stopped_instances_of_another_type_replace_launches_they_carry_for_no_mo
     assert substitute(5, SMALL_R, BIG_R, available=0) == (0, 0)
 
 
+def test_a_start_dearer_an_hour_carries_a_remainder_where_the_waiting_load_uses_it_all() -> None:
+    # nine c5.large (36 r/s, $0.765/h): one p2.xlarge ($0.90/h, 51 r/s) costs more an
+    # hour, but less per request ($0.0176 against $0.0213 per r/s-hour); it carries 15 r/s
+    # beyond them, used at once where that much load waits beyond the fleet and launches
+    assert substitute(9, SMALL_R, BIG_R, available=1) == (0, 0)
+    assert substitute(9, SMALL_R, BIG_R, available=1, spare_rps=14.9) == (0, 0)
+    assert substitute(9, SMALL_R, BIG_R, available=1, spare_rps=15.0) == (1, 9)
+    # whole multiples first, as before; the remainder of five needs 31 r/s waiting
+    assert substitute(30, SMALL_R, BIG_R, available=3, spare_rps=30.0) == (2, 25)
+    assert substitute(30, SMALL_R, BIG_R, available=3, spare_rps=31.0) == (3, 30)
+    # never a type dearer per request, whatever waits
+    dear = Rating(0.9, 30.0)  # $0.030 per r/s-hour against $0.02125
+    assert substitute(7, SMALL_R, dear, available=1, spare_rps=100.0) == (0, 0)
+
+
+def test_the_waiting_load_is_shared_by_a_step_s_launches() -> None:
+    pool = (inst("big1", "stopped", opt=BIG), inst("big2", "stopped", opt=BIG))
+    warm = WarmState({"big1": 100.0, "big2": 110.0})
+    want = [
+        Launch("m", "c5.large", "on-demand", 9, "serving", "load"),  # 36 r/s, $0.765/h
+        Launch("m", "c5.xlarge", "on-demand", 4, "serving", "load"),  # 36 r/s, $0.68/h
+    ]
+    rated = {SMALL.key: SMALL_R, BIG.key: BIG_R, MID.key: Rating(0.17, 9.0)}
+    # 20 r/s waiting: the first p2.xlarge uses 15 of it, the second would need 15 more
+    step = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated, True, spare_rps=20.0)
+    assert step.start == ("big2",) and step.launches == (want[1],)
+    both = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated, True, spare_rps=30.0)
+    assert set(both.start) == {"big1", "big2"} and both.launches == ()
+    # while the load does not outrun the fleet, nothing waits: its own type only
+    calm = warm_step(pool, 300.0, want, (), BOOT, WARM, warm, rated, False, spare_rps=30.0)
+    assert calm.start == () and calm.launches == tuple(want)
+
+
 def test_a_launch_is_carried_by_stopped_instances_the_cheapest_per_request_first() -> None:
     pool = (
         inst("small", "stopped"),
@@ -300,3 +333,23 @@ def test_the_plan_lets_another_type_carry_its_launch_only_while_the_load_outruns
     assert rising.state.warm.outrun_share() == 1.0
     one = replace(base, recent_rates=(115.0,), window_s=5.0)  # one window: a burst, maybe
     assert "big" not in plan_step(one, state, CFG, RT).state.warm.started_at
+
+
+def test_the_plan_counts_the_load_waiting_beyond_its_launches_for_a_dearer_start() -> None:
+    big = PlannerOption("p2.xlarge", "on-demand", 0.9, 120.0, latency_s=0.01)
+    stopped = inst("big", "stopped", opt=big)
+    state = ControlState(warm=WarmState({"big": 100.0}))
+    # the plan buys nine c5.large (90 r/s, $0.765/h) for a rise of 85 r/s: the p2.xlarge
+    # would cost more an hour, and carries 30 r/s more
+    forecast = (20.0, 20.0, 85.0, 20.0, 20.0)
+    base = Snapshot("m", 1000.0, forecast, 85.0, (SMALL, big), (stopped,))
+    assert [(la.instance_type, la.count) for la in plan_step(base, state, CFG, RT).launches] == [
+        ("c5.large", 9)
+    ]
+    # two windows at 115 r/s: 25 r/s wait beyond nothing serving and the launches
+    short = plan_step(replace(base, recent_rates=(115.0, 118.0), window_s=5.0), state, CFG, RT)
+    assert "big" not in short.state.warm.started_at
+    # at 121 r/s, 31 r/s wait: the p2.xlarge's extra capacity is used at once
+    waiting = replace(base, recent_rates=(121.0, 125.0), window_s=5.0)
+    rising = plan_step(waiting, state, CFG, RT)
+    assert "big" in rising.state.warm.started_at and rising.launches == ()
