@@ -3,7 +3,8 @@ and the leader lease.
 
 The ``ControlState`` a step threads on (doomed instances, standby holds and starts
 owed, the SLO hold-off, avoided offerings, orphan clocks, when each model last
-explored) is saved in the store after every control task that changed it, as JSON
+explored, the warm pool's stop and start times and its share of outrun starts, the spot
+notices seen and the spot hours they came in) is saved in the store after every control task that changed it, as JSON
 with a version (``encode_state``/``decode_state``), and restored when a controller
 takes over (``Controller.adopt``). The SLO monitor's window of recent outcomes is
 not saved: it is per request, refills within M requests, and a restart only delays
