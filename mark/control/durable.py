@@ -1,14 +1,14 @@
 """What the control loop keeps across a restart, and who may act: the saved control state
 and the leader lease.
 
-The ``ControlState`` a step threads on (doomed instances, standby holds and starts
-owed, the SLO hold-off, avoided offerings, orphan clocks, when each model last
-explored, the warm pool's stop and start times and its share of outrun starts, the spot
-notices seen and the spot hours they came in) is saved in the store after every control task that changed it, as JSON
-with a version (``encode_state``/``decode_state``), and restored when a controller
-takes over (``Controller.adopt``). The SLO monitor's window of recent outcomes is
-not saved: it is per request, refills within M requests, and a restart only delays
-one verdict; its hold-off is saved. Times are the world's clock, so a restored
+The ``ControlState`` a step threads on (doomed instances, standby holds and starts owed,
+the SLO hold-off, avoided offerings, orphan clocks, when each model last explored, the
+warm pool's stop and start times and its share of outrun starts, the spot notices seen
+and the spot hours they came in) is saved in the store after every control task that
+changed it, as JSON with a version (``encode_state``/``decode_state``), and restored
+when a controller takes over (``Controller.adopt``). The SLO monitor's window of recent
+outcomes is not saved: it is per request, refills within M requests, and a restart only
+delays one verdict; its hold-off is saved. Times are the world's clock, so a restored
 deadline means the same moment.
 
 A controller acts only while it holds the cluster's lease in the database
