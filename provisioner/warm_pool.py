@@ -344,11 +344,11 @@ def _take(
     start: list[str] = []
     out: list[Launch] = []
     notes: list[Note] = []
-    spare = [spare_rps]
+    spare = spare_rps
     for a in launches:
         left = a.count
         if a.role in SERVING_ROLES:
-            ids, left, taken = _carry(a, available, rated, spare)
+            ids, left, taken, spare = _carry(a, available, rated, spare)
             start += ids
             notes += taken
         if left > 0:
@@ -360,12 +360,12 @@ def _carry(
     a: Launch,
     available: dict[tuple[str, str], list[str]],
     rated: Mapping[OptionKey, Rating],
-    spare: list[float],
-) -> tuple[list[str], int, list[Note]]:
+    spare: float,
+) -> tuple[list[str], int, list[Note], float]:
     """The stopped instances that carry launch ``a``, the cheapest per request first:
-    its own offering's one for one, others' where ``substitute`` allows (only its own
-    where ``a`` is not rated; ``spare[0]``, the waiting load, less what a start carries
-    beyond its launches). The ids to start, the launches left, a note per offering."""
+    its own offering's one for one, others' where ``substitute`` allows with ``spare``
+    r/s of load waiting (only its own where ``a`` is not rated). The ids to start, the
+    launches left, a note per offering, and the waiting load its starts leave unused."""
     mine = rated.get(a.key)
     keys = [a.key]
     if mine is not None:
@@ -381,9 +381,8 @@ def _carry(
         if k == a.key or mine is None:
             starts = replaced = min(left, len(free))
         else:
-            starts, replaced = substitute(left, mine, rated[k], len(free), spare[0])
-            extra = starts * rated[k].capacity_rps - replaced * mine.capacity_rps
-            spare[0] -= max(0.0, extra)
+            starts, replaced = substitute(left, mine, rated[k], len(free), spare)
+            spare -= max(0.0, starts * rated[k].capacity_rps - replaced * mine.capacity_rps)
         if starts == 0:
             continue
         available[k] = free[starts:]
@@ -392,7 +391,7 @@ def _carry(
         notes.append(_started_note(a, k, starts, replaced, mine, rated.get(k)))
         if left <= 0:
             break
-    return start, left, notes
+    return start, left, notes, spare
 
 
 def _started_note(

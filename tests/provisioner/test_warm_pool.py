@@ -314,13 +314,18 @@ def test_one_stopped_big_instance_carries_a_launch_its_own_stopped_type_would_on
     assert few.start == ("s3", "s2", "s1") and few.launches == ()
 
 
-def test_the_plan_lets_another_type_carry_its_launch_only_while_the_load_outruns_it() -> None:
+def _rise_beside_a_stopped_big_instance(rise: float) -> tuple[Snapshot, ControlState]:
+    """A rise of ``rise`` r/s two steps out, with a stopped p2.xlarge (120 r/s, $0.90/h)
+    beside c5.large (10 r/s, $0.085/h) and nothing serving: the snapshot and the state."""
     big = PlannerOption("p2.xlarge", "on-demand", 0.9, 120.0, latency_s=0.01)
-    stopped = inst("big", "stopped", opt=big)
-    state = ControlState(warm=WarmState({"big": 100.0}))
+    forecast = (20.0, 20.0, rise, 20.0, 20.0)
+    base = Snapshot("m", 1000.0, forecast, rise, (SMALL, big), (inst("big", "stopped", opt=big),))
+    return base, ControlState(warm=WarmState({"big": 100.0}))
+
+
+def test_the_plan_lets_another_type_carry_its_launch_only_while_the_load_outruns_it() -> None:
     # a rise two steps out: the plan buys twelve c5.large for it (they retire sooner)
-    forecast = (20.0, 20.0, 115.0, 20.0, 20.0)
-    base = Snapshot("m", 1000.0, forecast, 115.0, (SMALL, big), (stopped,))
+    base, state = _rise_beside_a_stopped_big_instance(115.0)
     calm = plan_step(base, state, CFG, RT)
     assert [(la.instance_type, la.count) for la in calm.launches] == [("c5.large", 12)]
     assert "big" not in calm.state.warm.started_at
@@ -336,13 +341,9 @@ def test_the_plan_lets_another_type_carry_its_launch_only_while_the_load_outruns
 
 
 def test_the_plan_counts_the_load_waiting_beyond_its_launches_for_a_dearer_start() -> None:
-    big = PlannerOption("p2.xlarge", "on-demand", 0.9, 120.0, latency_s=0.01)
-    stopped = inst("big", "stopped", opt=big)
-    state = ControlState(warm=WarmState({"big": 100.0}))
     # the plan buys nine c5.large (90 r/s, $0.765/h) for a rise of 85 r/s: the p2.xlarge
     # would cost more an hour, and carries 30 r/s more
-    forecast = (20.0, 20.0, 85.0, 20.0, 20.0)
-    base = Snapshot("m", 1000.0, forecast, 85.0, (SMALL, big), (stopped,))
+    base, state = _rise_beside_a_stopped_big_instance(85.0)
     assert [(la.instance_type, la.count) for la in plan_step(base, state, CFG, RT).launches] == [
         ("c5.large", 9)
     ]
