@@ -16,7 +16,7 @@ estimates what whole instances would add.
 
     .venv/bin/python experiments/table5/whole_cover.py [--model inception-v3]
         [--trace twitter] [--day 10] [--hours 8] [--seed 0] [--rate-scale 1]
-        [--market on-demand] [--warmup-s 900]
+        [--market on-demand] [--warmup-s 10800]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from mark.cli.simulate_cmd import build_workload
 from mark.sim.bound import bound_offerings, miss_budget, slot_counts
 from mark.sim.models import paper_model
 from mark.sim.workloads import Workload
+from mark.sim.world import DEFAULT_WARMUP_S
 
 SLOT_S = 5.0
 
@@ -123,7 +124,7 @@ def window_parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rate-scale", type=float, default=1.0)
     ap.add_argument("--market", default="on-demand", choices=("on-demand", "spot"))
-    ap.add_argument("--warmup-s", type=float, default=900.0, help="as mark simulate's")
+    ap.add_argument("--warmup-s", type=float, default=DEFAULT_WARMUP_S, help="as mark simulate's")
     return ap
 
 

@@ -28,6 +28,7 @@ from mark.sim.policies import POLICIES, Policy, parse_policies
 from mark.sim.results import PolicyResult
 from mark.sim.run import SimConfig
 from mark.sim.workloads import Workload, mmpp_workload, surge_workload, trace_workload
+from mark.sim.world import DEFAULT_WARMUP_S
 from predictor.base import Forecaster
 from provisioner.target_tracking import DEFAULT_METRIC_DELAY_S
 
@@ -354,7 +355,12 @@ def simulate(
         "instance is stopped (standbys); 8 is Amazon Linux 2023's, the stack's default "
         "worker AMI: set the size of a larger AMI's volume, e.g. a Deep Learning AMI's",
     ),
-    warmup_s: float = typer.Option(900.0, help="simulated before the window, not counted"),
+    warmup_s: float = typer.Option(
+        DEFAULT_WARMUP_S,
+        min=0.0,
+        help="seconds simulated before the window and not counted, so the daemon's state "
+        "(its warm pool of stopped instances, above all) has formed: 3 h by default",
+    ),
     seed: int = typer.Option(0, help="seed of the arrivals and interruptions"),
     fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv"),
     out: Path | None = typer.Option(
@@ -405,7 +411,10 @@ def simulate(
         seed=seed,
     )
     if workload.start < warmup_s + 3600:
-        raise ConfigError("need at least an hour of history before the warm-up: use a later day")
+        raise ConfigError(
+            f"need at least an hour of history before the warm-up ({warmup_s / 3600:g} h): "
+            "use a later --start-day or a shorter --warmup-s"
+        )
     needs_forecast = any(p.kind == "mark" and p.prediction for p in chosen)
     forecaster: Forecaster | None = None
     if needs_forecast and predictor == ORACLE:

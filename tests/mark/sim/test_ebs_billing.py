@@ -183,6 +183,7 @@ async def test_a_world_whose_instances_never_stop_bills_no_ebs() -> None:
 
 def _simulate_costs(volume_gb: str) -> dict[str, float]:
     args = ["--trace", "surge", "--hours", "0.5", "--base-rps", "10", "--policies", "mark"]
+    args += ["--warmup-s", "900"]
     args += ["--predictor", "oracle", "--volume-gb", volume_gb, "--format", "json"]
     done = subprocess.run(
         [sys.executable, "-m", "mark.cli.main", "simulate", *args],

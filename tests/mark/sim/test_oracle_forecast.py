@@ -74,6 +74,8 @@ def test_simulate_takes_oracle_as_the_predictor() -> None:
             "surge",
             "--hours",
             "0.3",
+            "--warmup-s",
+            "900",
             "--base-rps",
             "10",
             "--policies",

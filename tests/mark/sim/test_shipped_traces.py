@@ -106,6 +106,7 @@ def test_an_offset_trace_file_is_the_same_workload(
 def _simulate(trace: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
     """Each policy's results, less its workload's name and wall-clock timings."""
     args = ["simulate", "--trace", str(trace), "--start-day", "1", "--hours", "0.25"]
+    args += ["--warmup-s", "900"]
     args += ["--policies", "mark", "--predictor", "last", "--format", "json"]
     with pytest.raises(SystemExit) as exit_info:
         main(args)

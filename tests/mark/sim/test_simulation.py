@@ -129,6 +129,27 @@ def test_the_simulated_bouncer_keeps_the_slo_over_its_period(
     assert tt.world.engine.budget is None
 
 
+def test_the_window_is_judged_on_its_own_requests_not_the_warm_ups() -> None:
+    """The miss budget starts again at ``t0``: an hour of warm-up served in time would
+    otherwise lend the window 2 % of its requests to decline, and a window judged on its
+    own requests could fall below SL_min."""
+    w = _workload(np.ones(60), 60)
+    cfg = SimConfig(warmup_s=3600)
+    arrivals = w.t0 - 3600 + np.arange(3660, dtype=float)
+    sim = Simulation(w, _model(), POLICIES["mark"], cfg, arrivals=arrivals)
+    world = sim.world
+    before = world.engine.budget
+    assert before is not None
+    before.arrive(w.t0 - 1.0, 3600)  # the warm-up's requests, none missed
+    assert before.declinable(w.t0 - 1.0) > 50
+    world.start_measuring()
+    after = world.engine.budget
+    assert after is not None and after is not before
+    assert (after.arrived, after.missed) == (0, 0)
+    assert after.declinable(w.t0) == 0
+    assert after.window_s == before.window_s and after.share == before.share
+
+
 def _step_load() -> Workload:
     seconds = 2400
     rates = np.full(seconds, 3.0)
@@ -217,6 +238,8 @@ def test_simulate_cli_prints_json_and_writes_plots(tmp_path: Path) -> None:
         "surge",
         "--hours",
         "0.5",
+        "--warmup-s",
+        "900",
         "--base-rps",
         "10",
         "--policies",
