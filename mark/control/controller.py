@@ -46,6 +46,7 @@ from mark.control.snapshot import (
     orphan_config,
     snapshot,
     step_config,
+    volume_per_hour,
 )
 from mark.control.step_runner import (
     Exploration,
@@ -160,7 +161,7 @@ class Controller:
                 forecast if forecast is not None else cold_start_forecaster(),
                 settings.predictor.fit_history_minutes,
             ),
-            Recorder(store, self.catalog),
+            Recorder(store, self.catalog, volume_per_hour(settings, self.catalog.ebs_gb_month)),
             Reconciler(fleet, t.update_period_s, unavailable_ttl_s),
         )
         self._lock = asyncio.Lock()

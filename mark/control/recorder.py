@@ -3,7 +3,8 @@
 Every decision a step takes becomes a row a user can read with ``mark plan
 --explain``; every run a step ends (a retirement, a standby's stop) is billed here,
 once (per second, with EC2's 60 s minimum); the spend-rail hits and forecast clips are also counted
-for ``/metrics``.
+for ``/metrics``, and so are the volumes of stopped instances (the warm pool, the
+standbys), which EBS bills while EC2 bills the instance nothing.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ the daemon records for an agent failing its probe, included) is a run still bill
 class Recorder:
     store: Store
     catalog: Catalog
+    volume_per_hour: float = 0.0
+    """What a stopped worker's root volume costs an hour (``offerings.volume_gb`` at the
+    catalog's gp3 price; ``mark.control.snapshot.volume_per_hour``)."""
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     """(model, action) → how many, for the actions in ``WARN_ACTIONS``."""
     _billed: set[tuple[str, float]] = field(default_factory=set)
@@ -83,6 +87,12 @@ class Recorder:
     """Instance id → the last time a step listed it live (``mark.control.vanished``)."""
     _warned: dict[tuple[str, str, str | None, str | None], float] = field(default_factory=dict)
     """(model, action, type, market) → when it was last logged as a warning."""
+    _stopped: dict[str, tuple[str, str, float]] = field(default_factory=dict)
+    """Instances recorded stopped (or stopping): id → (model, type, since when)."""
+    ebs_cost: dict[str, float] = field(default_factory=dict)
+    """model → $ of stopped volumes, each stopped period added as it ends (a start or a
+    termination), prorated by the second as ``mark.billing.ebs_charge`` does. Periods
+    this daemon saw begin; ``mark report`` prices every one from the store's events."""
 
     def saw(self, instance_ids: Collection[str], now: float) -> None:
         """A step listed these instances live at ``now``."""
@@ -90,9 +100,20 @@ class Recorder:
             self.seen[iid] = now
 
     def forget(self, instance_id: str) -> None:
-        """An instance has ended outside ``set_state``: no longer seen, nor in the fleet."""
+        """An instance has ended outside ``set_state``: no longer seen, nor in the fleet.
+        A stopped one's volume is no longer counted; when it went is not known here."""
         self.seen.pop(instance_id, None)
         self._fleet.pop(instance_id, None)
+        self._stopped.pop(instance_id, None)
+
+    def _volume_freed(self, instance_id: str, now: float) -> None:
+        """A stopped instance started or ended at ``now``: its stopped period's volume."""
+        was = self._stopped.pop(instance_id, None)
+        if was is None:
+            return
+        model, _, since = was
+        cost = self.volume_per_hour * max(0.0, now - since) / 3600.0
+        self.ebs_cost[model] = self.ebs_cost.get(model, 0.0) + cost
 
     def price(self, instance_type: str, market: str) -> float:
         try:
@@ -163,6 +184,10 @@ class Recorder:
             self._fleet[inst.instance_id] = what
         else:
             self._fleet.pop(inst.instance_id, None)
+        if state in STOPPED_STATES:
+            self._stopped.setdefault(inst.instance_id, (inst.model, inst.instance_type, now))
+        else:
+            self._volume_freed(inst.instance_id, now)
         if state is InstanceState.TERMINATED:
             self.seen.pop(inst.instance_id, None)
         await self.store.upsert_instance(
@@ -279,8 +304,8 @@ class Recorder:
 
     def prometheus(self) -> str:
         """``/metrics``: every decision; launches and retirements by reason and offering;
-        the billed fleet and its $/h; EC2 $ billed; spend-rail hits, forecast clips, launches
-        the fleet bound left out."""
+        the billed fleet and its $/h; EC2 $ billed; the stopped instances, their volumes'
+        $/h and $ billed; spend-rail hits, forecast clips, launches the fleet bound left out."""
         names = {
             "spend-rail": "mark_spend_rail_hits_total",
             "forecast-clipped": "mark_forecast_clips_total",
@@ -318,5 +343,24 @@ class Recorder:
         lines += [
             f'mark_ec2_cost_dollars_total{{model="{m}",market="{k}"}} {c:.6f}'
             for (m, k), c in sorted(self.ec2_cost.items())
+        ]
+        stopped: dict[tuple[str, str], int] = {}
+        for model, itype, _ in self._stopped.values():
+            stopped[model, itype] = stopped.get((model, itype), 0) + 1
+        volumes: dict[str, int] = {}
+        for (model, _), n in stopped.items():
+            volumes[model] = volumes.get(model, 0) + n
+        lines += [
+            f'mark_stopped_instances{{model="{m}",type="{t}"}} {n}'
+            for (m, t), n in sorted(stopped.items())
+        ]
+        lines += [
+            f'mark_stopped_volume_cost_per_hour_dollars{{model="{m}"}} '
+            f"{n * self.volume_per_hour:.6f}"
+            for m, n in sorted(volumes.items())
+        ]
+        lines += [
+            f'mark_ebs_cost_dollars_total{{model="{m}"}} {c:.6f}'
+            for m, c in sorted(self.ebs_cost.items())
         ]
         return "".join(f"{line}\n" for line in lines)

@@ -42,7 +42,7 @@ async def daemon_exposition() -> str:
     tel.lambda_charged(0.01)
     auth = Auth(KeyCache(), ApiSpec(), lambda _: None)
     auth.refused[(401, "")] += 1
-    rec = Recorder(_Store(), load_catalog())  # type: ignore[arg-type]
+    rec = Recorder(_Store(), load_catalog(), 0.001)  # type: ignore[arg-type]
     inst = InstanceInfo(
         "i-1", "m", "c5.large", Market.ON_DEMAND, InstanceState.PENDING, InstanceRole.SERVING, 0.0
     )
@@ -60,6 +60,15 @@ async def daemon_exposition() -> str:
         "i-2", "m", "c5.large", Market.SPOT, InstanceState.RUNNING, InstanceRole.SERVING, 0.0
     )
     await rec.bill_retired("m", ["i-2"], [other], 120.0)
+    for iid in ("i-3", "i-4"):  # stopped into the warm pool; i-4 then ended
+        pooled = InstanceInfo(
+            iid, "m", "c5.large", Market.ON_DEMAND, InstanceState.RUNNING, InstanceRole.SERVING, 0.0
+        )
+        await rec.set_state(pooled, InstanceState.STOPPED, 60.0, "retire-warm")
+    ended = InstanceInfo(
+        "i-4", "m", "c5.large", Market.ON_DEMAND, InstanceState.STOPPED, InstanceRole.SERVING, 0.0
+    )
+    await rec.set_state(ended, InstanceState.TERMINATED, 3660.0, "warm-expired")
     rec.decisions("m", 120.0, [Note("retire", "cool-down over", instance_id="i-2")])
     outbox = Outbox()
     outbox.dropped["charges"] += 1

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestServer
 
 from bouncer.latency import BatchLatency
 from bouncer.wire import BATCH_PATH, decode_batch, encode_outputs, encode_verdict
+from mark.billing import ebs_per_hour
 from mark.catalog import Market, load_catalog
 from mark.clock import ManualClock
 from mark.config import load_settings
@@ -88,6 +89,24 @@ async def test_a_step_and_its_retirements_are_counted_by_reason_offering_and_cos
         billed = sum(e.cost for e in await store.ledger(model=spec.name))
         assert value(m, "mark_ec2_cost_dollars_total", model=spec.name) == pytest.approx(
             billed, abs=1e-5
+        )
+        # Stopped, their volumes are what EBS bills: counted, priced an hour, not yet billed.
+        volume = ebs_per_hour(settings.offerings.volume_gb, catalog.ebs_gb_month)
+        assert volume > 0
+        assert value(m, "mark_stopped_instances", model=spec.name, type="c5.large") == n
+        assert value(
+            m, "mark_stopped_volume_cost_per_hour_dollars", model=spec.name
+        ) == pytest.approx(n * volume, abs=1e-6)
+        assert value(m, "mark_ebs_cost_dollars_total") == 0
+        stopped_at = clock.now()
+
+        clock.advance(7 * 86_400)  # far past the warm pool's hold: every volume ends
+        (res3,) = await ctl.step(clock.now())
+        assert sorted(res3.retired) == sorted(res2.stopped)
+        m = parse_exposition(ctl.prometheus())
+        assert value(m, "mark_stopped_instances") == 0
+        assert value(m, "mark_ebs_cost_dollars_total", model=spec.name) == pytest.approx(
+            n * volume * (clock.now() - stopped_at) / 3600.0, rel=1e-4
         )
         # Label values are a bounded vocabulary: never an instance or request id.
         assert all(not v.startswith("i-") for _, ls in m for _, v in ls)
