@@ -1,6 +1,8 @@
 """The instance agent: an HTTP server on each instance hosting the model runner and the Bouncer.
 
 ``POST /v1/batch`` takes ``{"instances": [...], "dtype": "float32", "deadlines": [...]}``
+(the instances of the model's input tensor; the model is the ``bouncer.contract`` it was
+started with)
 (deadlines are absolute Unix times) and answers with two JSON lines, streamed
 (the protocol is ``bouncer.wire``'s, which the dispatcher speaks too):
 
@@ -60,6 +62,7 @@ from aiohttp import web
 from bouncer import event_loop
 from bouncer.admission import Admission, Backlog
 from bouncer.agent_token import TOKEN_ENV, TOKEN_HEADER, token_matches
+from bouncer.contract import ModelContract, legacy_contract
 from bouncer.device import DeviceChoice, DeviceUnavailable, Requested, probe, select_device
 from bouncer.latency import BatchLatency
 from bouncer.parent_watch import watch_parent_from_env
@@ -184,9 +187,15 @@ class Agent:
     def expected_latency(self, batch: int) -> float:
         return self.latency(batch) * self.slowdown
 
+    def infer(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """One batch of the model's input tensor through the runner: its output tensor."""
+        contract = self.runner.contract
+        outputs = self.runner.run({contract.inputs[0].name: batch})
+        return outputs[contract.outputs[0].name]
+
     def _run_timed(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         t0 = self.timer()
-        out = self.runner.run(batch)
+        out = self.infer(batch)
         if self.slowdown > 1.0:  # emulate a slower instance type (local world only)
             rest = self.expected_latency(len(batch)) - (self.timer() - t0)
             if rest > 0:
@@ -272,7 +281,7 @@ class Agent:
             return web.json_response({"live": False, "reason": why}, status=503)
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
-        self._probe = loop.run_in_executor(self._executor, self.runner.run, self.example[None])
+        self._probe = loop.run_in_executor(self._executor, self.infer, self.example[None])
         try:
             await asyncio.wait_for(asyncio.shield(self._probe), self.probe_timeout_s)
         except TimeoutError:
@@ -315,9 +324,7 @@ class Agent:
 
 
 def build_agent(
-    source: str,
-    example_shape: tuple[int, ...],
-    dtype: str,
+    contract: ModelContract,
     slowdown: float,
     latency: BatchLatency | None = None,
     choice: DeviceChoice | None = None,
@@ -330,10 +337,10 @@ def build_agent(
     machine measures their load, and would emulate an instance many times
     slower than the one the planner bought.
     """
-    example = np.zeros(example_shape, dtype=dtype)
-    runner = ModelRunner(source, choice=choice, example=example)  # the first call is the slowest
+    runner = ModelRunner(contract, choice=choice, warm=True)  # the first call is the slowest
     if latency is None:
-        latency = runner.profile(example)
+        latency = runner.profile()
+    example = contract.example(1)[contract.inputs[0].name][0]
     return Agent(runner=runner, latency=latency, slowdown=slowdown, example=example)
 
 
@@ -370,12 +377,31 @@ async def _serve(agent: Agent, host: str, port: int) -> None:
     await runner.cleanup()
 
 
+def _contract(args: argparse.Namespace) -> ModelContract:
+    """The contract given as JSON, or one built from a source, a shape and a dtype."""
+    if args.model_contract:
+        return ModelContract.from_json(args.model_contract)
+    if not args.input_shape:
+        raise ValueError("--model-source needs --input-shape")
+    shape = tuple(int(d) for d in args.input_shape.split(","))
+    return legacy_contract("model", args.model_source, shape, args.dtype)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="mark-agent", description="mark's instance agent: model runner + Bouncer"
     )
-    p.add_argument("--model-source", required=True, help="TorchScript path or module:factory")
-    p.add_argument("--input-shape", required=True, help="one instance's shape, e.g. 1,8,8")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument(
+        "--model-contract",
+        help="the model's contract as JSON (bouncer.contract: format, artifact, tensors)",
+    )
+    given.add_argument(
+        "--model-source",
+        help="a TorchScript path or module:factory with one input (--input-shape, --dtype) "
+        "and one output",
+    )
+    p.add_argument("--input-shape", help="with --model-source: one instance's shape, e.g. 1,8,8")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
@@ -421,20 +447,18 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{TOKEN_ENV} is not set: the agent would serve anyone who asks")
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"--threads must be at least 1, got {args.threads}")
-        shape = tuple(int(d) for d in args.input_shape.split(","))
+        contract = _contract(args)
         latency = BatchLatency.parse(args.latency) if args.latency else None
         # An empty artifact (the stack's default) means none.
         choice = choose_device(args.device, args.threads, args.neuron_artifact or None)
         log.log(
             logging.WARNING if choice.warning else logging.INFO, "device: %s", choice.describe()
         )
-        agent = build_agent(
-            args.model_source, shape, args.dtype, max(args.slowdown, 1.0), latency, choice
-        )
+        agent = build_agent(contract, max(args.slowdown, 1.0), latency, choice)
         agent.token = token
         if args.imds_url:
             agent.imds = ImdsPoller(args.imds_url.rstrip("/"), max(args.imds_interval, 0.1))
-    except (ModelLoadError, DeviceUnavailable, ValueError) as exc:
+    except (ModelLoadError, DeviceUnavailable, ValueError) as exc:  # ContractError too
         print(f"error: {exc}", file=sys.stderr)
         return 2
     event_loop.run(_serve(agent, args.host, args.port))

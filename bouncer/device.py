@@ -13,6 +13,9 @@ only part that looks at the real machine. The rules:
   Neuron runtime moves them.
 - Otherwise the **CPU**, with one intra-op thread per vCPU of the instance.
 
+An ONNX model follows the same choice through ``onnx_providers`` (CUDA's
+provider on the chosen GPU, else the CPU's), so the rule has this one home.
+
 On an accelerator instance whose accelerator cannot be used (a GPU type but
 torch sees no CUDA; an Inferentia type without an artifact or without the
 Neuron package) the agent still serves on the CPU, and the choice carries a
@@ -190,3 +193,20 @@ def probe(vcpus: int | None = None, accelerator: str | None = None) -> Hardware:
         vcpus=vcpus,
         accelerator=accelerator,
     )
+
+
+OnnxProvider = str | tuple[str, dict[str, object]]
+
+
+def onnx_providers(choice: DeviceChoice) -> list[OnnxProvider]:
+    """onnxruntime's execution providers for ``choice``, most preferred first.
+
+    CUDA runs on the chosen device with the CPU behind it for the operators CUDA
+    lacks (onnxruntime places each node on the first provider that has it); every
+    other choice, a NeuronCore included (it runs only compiled TorchScript), is the CPU.
+    """
+    if choice.kind == "cuda":
+        _, _, index = choice.device.partition(":")
+        device_id = int(index) if index else 0
+        return [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]

@@ -34,6 +34,8 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import orjson
 
+from bouncer.contract import DTYPES as CONTRACT_DTYPES
+
 
 def _tolist(obj: Any) -> Any:
     if isinstance(obj, np.ndarray | np.generic):
@@ -52,7 +54,7 @@ SERVED_BY_HEADER = "X-Mark-Served-By"
 BATCH_PATH = "/v1/batch"
 JSON_TYPE = "application/json"
 NDJSON_TYPE = "application/x-ndjson"
-DTYPES = frozenset({"float32", "float64", "int64", "int32", "uint8", "bool"})
+DTYPES = frozenset(CONTRACT_DTYPES)
 """The element types a batch may carry."""
 
 

@@ -157,7 +157,7 @@ def serving(
         disp = Dispatcher(
             m.name,
             m.slo.rt_max_ms / 1000.0,
-            m.input.dtype,
+            m.input_tensor.dtype,
             clock,
             session,
             serverless,

@@ -5,11 +5,22 @@ with ``model``, ``instance_type`` and ``batch_latency_s`` = {batch: seconds},
 or a list of them, or ``{"profiles": [...]}``), and the paper's published
 profiles (``schema: mark-paper-profiles/v1``, parsed by
 ``provisioner.profiles``), where the model is found by its key or its name.
+
+A profile rates only the hardware it was measured on: ``mark profile`` writes
+the instance type when it runs on EC2 (the metadata service answers) or with
+``--type``, else ``"local"``, which rates no type, and records the hardware
+(``hardware``: CPU, vCPUs, device, GPU) either way. Older files without
+``hardware`` load as before.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
+import platform
+import urllib.request
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +29,9 @@ from mark.errors import ConfigError
 from provisioner.profiles import parse_paper_profiles
 
 PAPER_SCHEMA = "mark-paper-profiles/v1"
+LOCAL = "local"
+"""The instance type of a profile measured off EC2: it rates no catalog type."""
+IMDS_URL = "http://169.254.169.254"
 
 
 def load_profile_file(path: Path, model: str) -> dict[str, BatchLatency]:
@@ -55,3 +69,67 @@ def _paper(doc: dict[str, Any], model: str, path: Path) -> dict[str, BatchLatenc
                 t: BatchLatency.from_mapping(p.batch_latency_s()) for t, p in prof.instances.items()
             }
     raise ConfigError(f"profile file {path} has no profile for model {model!r}")
+
+
+def unrated_entries(rates: Collection[str], known: Collection[str]) -> list[str]:
+    """The instance types of a profile file that name no catalog type (``"local"``: measured
+    on a machine that is no EC2 instance), which therefore rate nothing."""
+    return sorted(t for t in rates if t not in known)
+
+
+def unusable_profile_warning(path: Path, model: str, stray: Collection[str]) -> str:
+    """What to tell a user whose profile file rates nothing it names: why, and the ways
+    to a profile the planner can use."""
+    return (
+        f"{model}: profile file {path} is labelled {', '.join(map(repr, stray))}, not an "
+        "instance type in the catalog: it was measured on other hardware (a laptop, with "
+        "`mark profile` off EC2) and rates no offering. To rate a type T, run "
+        "`mark profile --type T` (world: aws), or `mark profile` on an instance of T, or let "
+        "exploration measure it (planner.explore_unprofiled, on by default)"
+    )
+
+
+def ec2_instance_type(url: str = IMDS_URL, timeout_s: float = 0.5) -> str | None:
+    """This machine's EC2 instance type from the metadata service (IMDSv2), None off EC2
+    (no answer within ``timeout_s``): what a profile measured here rates."""
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+    try:
+        put = urllib.request.Request(
+            f"{url}/latest/api/token",
+            method="PUT",
+            headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"},
+        )
+        with direct.open(put, timeout=timeout_s) as r:
+            token = r.read().decode()
+        get = urllib.request.Request(
+            f"{url}/latest/meta-data/instance-type",
+            headers={"X-aws-ec2-metadata-token": token},
+        )
+        with direct.open(get, timeout=timeout_s) as r:
+            itype = r.read().decode().strip()
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    return itype or None
+
+
+def this_hardware(device: str, gpu: str | None = None) -> dict[str, Any]:
+    """What a profile taken on this machine was measured on: CPU model, vCPUs, the device
+    the model ran on (as ``mark profile --device`` chose it), the GPU if any."""
+    return {
+        "cpu": _cpu_model(),
+        "vcpus": os.cpu_count() or 0,
+        "machine": platform.machine(),
+        "device": device,
+        "gpu": gpu,
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"

@@ -136,10 +136,7 @@ def open_world(settings: Settings, sources: Mapping[str, str], clock: Callable[[
         return LocalWorld(
             settings.aws.region,
             load_catalog(),
-            {
-                m.name: AgentModel(sources[m.name], tuple(m.input.shape), m.input.dtype)
-                for m in settings.models
-            },
+            {m.name: AgentModel(m.contract(sources[m.name])) for m in settings.models},
             clock,
             boot_delay_s=settings.local.boot_delay_s,
             lambda_env={"MARK_DATA_DIR": str(settings.data_dir)},

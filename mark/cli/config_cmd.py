@@ -38,11 +38,19 @@ def show(
 
 @app.command("check")
 def check(ctx: typer.Context) -> None:
-    """Validate the configuration and say which instance types each model cannot use;
-    exit 0 when it is valid and every model has a type it can use."""
+    """Validate the configuration, load every model and run it once against its declared
+    inputs and outputs, and say which instance types each model cannot use; exit 0 when
+    it is valid, every model runs as declared and has a type it can use."""
+    from mark.cli.model_checks import checked  # torch or onnxruntime: only when checking
+    from mark.errors import ConfigError
+
     s = state(ctx).settings()
+    try:
+        checked(s)
+    except ConfigError as exc:
+        fail(str(exc), code=1)
     console.print(
-        f"configuration is valid: world={s.world}, {len(s.models)} model(s), "
+        f"configuration is valid: world={s.world}, {len(s.models)} model(s) loaded and run, "
         f"{len(s.offerings.types)} instance type(s) × {len(s.offerings.markets)} market(s)"
     )
     left_out, stranded = unplanned_types(s)

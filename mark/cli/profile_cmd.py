@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 from rich.markup import escape
@@ -24,6 +25,11 @@ from mark.cli.context import (
     state,
 )
 from mark.config import ModelSpec, Settings
+from mark.ports import Store
+from mark.profile_files import LOCAL, ec2_instance_type, this_hardware
+
+if TYPE_CHECKING:
+    from bouncer.device import DeviceChoice
 
 
 def profile(
@@ -65,7 +71,7 @@ def profile(
         fail("--timeout applies to --type (the wait for a launched instance's agent)")
     import numpy as np
 
-    from bouncer.device import DeviceChoice, DeviceUnavailable, Requested, probe, select_device
+    from bouncer.device import DeviceUnavailable, Requested, probe, select_device
     from bouncer.runner import ModelLoadError, ModelRunner
     from mark.control import resolve_source
 
@@ -77,6 +83,9 @@ def profile(
         fail("--batches needs positive sizes")
     if device not in (None, "auto", "cpu", "cuda"):
         fail(f"--device must be auto, cpu or cuda, got {device!r}")
+    on_type = ec2_instance_type()
+    if on_type is not None and device is None:
+        device = "auto"  # as that type's agents choose it, so the profile rates the type
     choice: DeviceChoice | None = None
     try:
         if device is not None:
@@ -84,15 +93,14 @@ def profile(
                 probe(), neuron_artifact=spec.neuron_artifact, requested=cast(Requested, device)
             )
             console.print(f"device: {choice.describe()}", markup=False, highlight=False)
-        runner = ModelRunner(resolve_source(spec, settings.data_dir), choice=choice)
+        runner = ModelRunner(spec.contract(resolve_source(spec, settings.data_dir)), choice=choice)
     except (ModelLoadError, DeviceUnavailable) as exc:
         fail(str(exc))
-    example = np.zeros(spec.input.shape, dtype=spec.input.dtype)
     table: dict[int, float] = {}
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"profiling {spec.name}", total=len(sizes) * (runs + 1))
         for b in sizes:
-            batch = np.repeat(example[None, ...], b, axis=0)
+            batch = runner.contract.example(b)
             runner.run(batch)  # warm-up
             bar.advance(task)
             times = []
@@ -102,13 +110,52 @@ def profile(
             table[b] = float(np.median(times))
     result: dict[str, Any] = {
         "model": spec.name,
-        "instance_type": "local",
+        "instance_type": on_type or LOCAL,
         "measured_at": time.time(),
         "batch_latency_s": {str(b): t for b, t in table.items()},
+        "hardware": this_hardware(
+            choice.describe() if choice is not None else "cpu, 1 intra-op thread",
+            _gpu_name(choice),
+        ),
     }
-    _show(spec, table, f"{spec.name} on this machine", result)
+    _show(spec, table, f"{spec.name} on {on_type or 'this machine'}", result)
     path = out or settings.data_dir / "profiles" / f"{spec.name}.json"
     _write(path, result)
+    if on_type is None:
+        console.print(
+            f"labelled instance_type {LOCAL!r} (this machine is no EC2 instance): it rates no "
+            "instance type. For the aws world, `mark profile --type T` measures on T, or "
+            "exploration (planner.explore_unprofiled, on by default) measures each type itself"
+        )
+    else:
+        console.print(f"labelled instance_type {on_type!r}: measured on this EC2 instance")
+
+
+def _gpu_name(choice: DeviceChoice | None) -> str | None:
+    """The GPU the model ran on, if it ran on one (torch is loaded by then)."""
+    if choice is None or not choice.device.startswith("cuda"):
+        return None
+    try:
+        import torch
+
+        return str(torch.cuda.get_device_name(choice.device))
+    except Exception:  # a name is a label only: never fail the profile for it
+        return None
+
+
+async def awaiting_profile(store: Store, model: str) -> list[tuple[str, bool]]:
+    """The types the model's last plan found no profile for, each with whether an
+    instance explores it then (``provisioner.explore_step``); empty before any plan."""
+    plans = await store.plans(model, limit=1)
+    rows = plans[0].explanation.get("awaiting_profile", []) if plans else []
+    return [(str(t), bool(on)) for t, on in rows]
+
+
+def awaiting_text(rows: Sequence[Sequence[Any]]) -> str:
+    """One line for `mark status` and `mark plan --explain`: the types a model awaits a
+    profile for (not planned until one is measured), the one explored now marked."""
+    shown = ", ".join(f"{t} (exploring now)" if on else str(t) for t, on in rows)
+    return f"awaiting a profile (not planned until measured): {shown}"
 
 
 def _show(spec: ModelSpec, table: dict[int, float], title: str, result: dict[str, Any]) -> None:
@@ -211,6 +258,7 @@ def _on_type(
         "measured_at": time.time(),
         "batch_latency_s": {str(b): t for b, t in table.items()},
         "instance_id": got.instance_id,
+        "hardware": {"instance_type": instance_type, "measured_by": f"agent on {got.instance_id}"},
     }
     _show(spec, table, f"{spec.name} on {instance_type}", result)
     console.print(

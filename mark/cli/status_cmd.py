@@ -10,9 +10,10 @@ import typer
 from rich.table import Table
 
 from mark.cli.context import console, fail, run_async, state
+from mark.cli.profile_cmd import awaiting_profile, awaiting_text
 from mark.config import Settings
 from mark.ports import Store
-from mark.state import Decision, open_store
+from mark.state import Decision, LatencyRollup, open_store
 
 ORPHAN_ACTIONS = frozenset({"orphan", "retire-orphan"})
 """The orphan sweep's decisions (``provisioner.orphan_step``), recorded outside any plan."""
@@ -34,12 +35,48 @@ async def last_orphans(store: Store, settings: Settings) -> list[Decision]:
     return await orphans_at(store, max(newest)) if newest else []
 
 
+def _requests(rs: list[LatencyRollup]) -> str:
+    """Inference requests (HTTP calls) in ``rs``; a minute recorded before they were
+    counted apart from rows makes the sum a lower bound (``≥``), none counted ``-``."""
+    known = [r.http_requests for r in rs if r.http_requests is not None]
+    if not known:
+        return "-" if rs else "0"
+    return ("" if len(known) == len(rs) else "≥") + str(sum(known))
+
+
+def latency_table(
+    settings: Settings, rollups: dict[str, list[LatencyRollup]], minutes: int
+) -> Table:
+    """Each model's recent traffic: requests (HTTP calls) and rows (the instances they
+    carried, the unit of load and of the SLO) apart, latency, SLO attainment, spills."""
+    lat = Table(title=f"last {minutes} minutes")
+    cols = ("model", "requests", "rows", "p50 ms", "p99 ms", "within RT_max", "SL_min", "spilled")
+    for col in cols:
+        lat.add_column(col, justify="right")
+    for m in settings.models:
+        rs = rollups.get(m.name, [])
+        n = sum(r.requests for r in rs)
+        hits = sum(r.slo_hits for r in rs)
+        lat.add_row(
+            m.name,
+            _requests(rs),
+            str(n),
+            f"{max((r.p50_ms for r in rs), default=0):.1f}",
+            f"{max((r.p99_ms for r in rs), default=0):.1f}",
+            f"{hits / n:.2%}" if n else "-",
+            f"{m.slo.sl_min:.0%}",
+            str(sum(r.spilled for r in rs)),
+        )
+    return lat
+
+
 def status(
     ctx: typer.Context,
     minutes: int = typer.Option(10, min=1, help="how many recent minutes of latency to show"),
     all_states: bool = typer.Option(False, "--all", help="include terminated instances"),
 ) -> None:
-    """Show the fleet (instance, type, market, role, state) and recent latency and SLO figures."""
+    """Show the fleet (instance, type, market, role, state) and recent traffic (requests and
+    rows), latency and SLO figures."""
     settings = state(ctx).settings()
 
     async def go() -> None:
@@ -63,6 +100,7 @@ def status(
                 for m in settings.models
             }
             orphans = await last_orphans(store, settings)
+            awaiting = {m.name: await awaiting_profile(store, m.name) for m in settings.models}
         finally:
             await store.close()
         table = Table(title=f"fleet ({len(fleet)} instances)")
@@ -89,6 +127,9 @@ def status(
                 rated,
             )
         console.print(table)
+        for name, waits in awaiting.items():  # types no profile rates yet, by the last plan
+            if waits:
+                console.print(f"{name}: {awaiting_text(waits)}", highlight=False)
         if orphans:
             out = Table(title=f"orphans at the last step ({len(orphans)}): claimed by nothing")
             for col in ("instance", "model", "type", "decision", "why"):
@@ -98,23 +139,7 @@ def status(
                     d.instance_id or "-", d.model, d.instance_type or "-", d.action, d.reason
                 )
             console.print(out)
-        lat = Table(title=f"last {minutes} minutes")
-        for col in ("model", "requests", "p50 ms", "p99 ms", "within RT_max", "SL_min", "spilled"):
-            lat.add_column(col, justify="right")
-        for m in settings.models:
-            rs = rollups[m.name]
-            n = sum(r.requests for r in rs)
-            hits = sum(r.slo_hits for r in rs)
-            lat.add_row(
-                m.name,
-                str(n),
-                f"{max((r.p50_ms for r in rs), default=0):.1f}",
-                f"{max((r.p99_ms for r in rs), default=0):.1f}",
-                f"{hits / n:.2%}" if n else "-",
-                f"{m.slo.sl_min:.0%}",
-                str(sum(r.spilled for r in rs)),
-            )
-        console.print(lat)
+        console.print(latency_table(settings, rollups, minutes))
 
     run_async(go())
 
@@ -173,5 +198,8 @@ def plan(
                     )
                 if "rated" in p.explanation:
                     console.print(f"  · each instance rated {p.explanation['rated']}")
+                if p.explanation.get("awaiting_profile"):
+                    text = awaiting_text(p.explanation["awaiting_profile"])
+                    console.print(f"  · {text}", highlight=False)
 
     run_async(go())

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from mark import logs
-from mark.cli.context import console, run_async, state
+from mark.cli.context import console, fail, run_async, state
 from mark.config import ModelSpec
 
 
@@ -20,8 +20,10 @@ def up(
     """Start mark: state store, REST endpoint and control loop. Ctrl-C (or SIGTERM) drains
     it: readiness goes false, new requests get 503, those in flight are answered; then it
     stops. A second Ctrl-C stops it without waiting for the drain."""
+    from mark.cli.model_checks import checked
     from mark.daemon import Running, serve  # torch and the cloud adapters: only when serving
     from mark.demo import DEMO_SOURCE, ensure_demo_model
+    from mark.errors import ConfigError
     from mark.serve.auth import KEY_FILE
 
     cli = state(ctx)
@@ -31,6 +33,13 @@ def up(
         cli.overrides.append(f"api.host={host}")
     settings = cli.settings()
     model = settings.models[0]
+    if model.source == DEMO_SOURCE:
+        with console.status("preparing the demo model (trained once, then cached)..."):
+            ensure_demo_model(settings.data_dir)
+    try:  # before anything is created: no database, no key, no instance for a broken model
+        settings = checked(settings)
+    except ConfigError as exc:
+        fail(str(exc), code=1)
     logs.configure(
         logs.choose_format(settings.log_format, settings.world), settings.log_level.upper()
     )
@@ -70,9 +79,6 @@ def up(
             console.print(f"  metrics:  curl{key} {url}/metrics", highlight=False, soft_wrap=True)
         console.print("Press Ctrl-C to stop (requests in flight are answered first; twice: now).")
 
-    if model.source == DEMO_SOURCE:
-        with console.status("preparing the demo model (trained once, then cached)..."):
-            ensure_demo_model(settings.data_dir)
     run_async(serve(settings, on_ready=ready))
     console.print("mark stopped.")
 
@@ -85,6 +91,6 @@ def example_instance(model: ModelSpec) -> Any:
         x, _ = load_digits_tensors()
         return [[[round(float(v), 4) for v in row] for row in x[0, 0]]]
     value: Any = 0
-    for d in reversed(model.input.shape):
-        value = [value] * d
+    for d in reversed(model.input_tensor.shape or ()):
+        value = [value] * (d if d > 0 else 2)  # a variable dimension: two of it
     return value

@@ -5,10 +5,11 @@ that names the field, the value and what is allowed, not an hour later in a
 control-loop step. Names follow the paper's notation in their descriptions
 (P_u, P_w, P_s, τ, RT_max, SL_min) so the two can be read side by side.
 
-The sections are in ``mark.config.specs``, ``Settings`` and its loading in
-``mark.config.settings``; every name is importable from ``mark.config``.
+The sections are in ``mark.config.specs``, ``models`` and ``worlds``, ``Settings`` and
+its loading in ``mark.config.settings``; every name is importable from ``mark.config``.
 """
 
+from mark.config.models import SLO, Dtype, InputSchema, ModelSpec, TensorConfig
 from mark.config.settings import (
     Settings,
     World,
@@ -18,22 +19,17 @@ from mark.config.settings import (
     parse_overrides,
 )
 from mark.config.specs import (
-    SLO,
     ApiSpec,
-    AwsSpec,
     BudgetSpec,
     ControlSpec,
-    Dtype,
     ExploreSpec,
-    InputSchema,
-    LocalSpec,
-    ModelSpec,
     OfferingsSpec,
     PlannerSpec,
     PredictorSpec,
     SloMonitorSpec,
     Timings,
 )
+from mark.config.worlds import AwsSpec, LocalSpec
 
 __all__ = [
     "SLO",
@@ -51,6 +47,7 @@ __all__ = [
     "PredictorSpec",
     "Settings",
     "SloMonitorSpec",
+    "TensorConfig",
     "Timings",
     "World",
     "dump_settings",

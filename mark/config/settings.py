@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -22,21 +22,19 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from mark.config.manifest import repository_entries
+from mark.config.models import SLO, InputSchema, ModelSpec
 from mark.config.specs import (
-    SLO,
     ApiSpec,
-    AwsSpec,
     BudgetSpec,
     ControlSpec,
-    InputSchema,
-    LocalSpec,
-    ModelSpec,
     OfferingsSpec,
     PlannerSpec,
     PredictorSpec,
     SloMonitorSpec,
     Timings,
 )
+from mark.config.worlds import AwsSpec, LocalSpec
 from mark.errors import ConfigError
 
 World = Literal["sim", "local", "aws"]
@@ -98,6 +96,11 @@ class Settings(BaseSettings):
     aws: AwsSpec = AwsSpec()
     api: ApiSpec = ApiSpec()
     local: LocalSpec = LocalSpec()
+    repository: Path | None = Field(
+        default=None,
+        description="a model repository: every subdirectory with a model.yaml is served, "
+        "beside the models listed under models",
+    )
     models: tuple[ModelSpec, ...] = Field(default_factory=lambda: (_demo_model(),))
     offerings: OfferingsSpec = OfferingsSpec()
     timings: Timings = Timings()
@@ -121,6 +124,15 @@ class Settings(BaseSettings):
                 "postgresql://USER@HOST:PORT/DB"
             )
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _repository(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("repository") is None:
+            return data
+        entries = repository_entries(Path(str(data["repository"])))
+        # A repository replaces the demo model; models listed beside it are kept.
+        return {**data, "models": [*data.get("models", ()), *entries]}
 
     @field_validator("models")
     @classmethod

@@ -1,6 +1,6 @@
-"""The configuration's sections: models and their SLOs, offerings, timings, predictor,
-planner, budget, and the aws and local worlds (``Settings`` in ``mark.config.settings``
-holds them).
+"""The configuration's sections: offerings, timings, predictor, planner, budget, control
+and the API (``Settings`` in ``mark.config.settings`` holds them; models and their SLOs are
+in ``mark.config.models``, the aws and local worlds in ``mark.config.worlds``).
 
 Every value is validated when loaded, so a typo fails at start-up with a message
 that names the field, the value and what is allowed. Names follow the paper's
@@ -10,103 +10,18 @@ notation in their descriptions (P_u, P_w, P_s, τ, RT_max, SL_min).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bouncer.miss_budget import DEFAULT_PERIOD_S
-from bouncer.miss_budget import DEFAULT_SHARE as DEFAULT_DECLINE_SHARE
 from mark.catalog import Market, load_catalog
 from provisioner.rise_headroom import DEFAULT_RISE_MISS_SHARE
-
-Dtype = Literal["float32", "float64", "int64", "int32", "uint8", "bool"]
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SLO(_Strict):
-    """A model's latency objective (paper §4.1, following Swayam)."""
-
-    rt_max_ms: float = Field(gt=0, le=600_000, description="RT_max: response-time threshold")
-    sl_min: float = Field(
-        gt=0, le=1, description="SL_min: fraction of requests that must finish within RT_max"
-    )
-    decline_share: float = Field(
-        default=DEFAULT_DECLINE_SHARE,
-        ge=0,
-        le=1,
-        description="share of the miss allowance (1 - SL_min) mark may spend declining, with "
-        "an immediate explicit error, requests no instance can finish in time instead of "
-        "paying Lambda for them; the rest, and at least as many as the misses nobody chose so "
-        "far, is kept for misses nobody chooses. 0: never decline",
-    )
-    period_s: float = Field(
-        default=DEFAULT_PERIOD_S,
-        ge=60,
-        le=31 * 86_400,
-        description="the period SL_min is kept over, in seconds: declines keep the misses of "
-        "the last period_s within decline_share of its allowance (default a day; 3600 keeps "
-        "every hour within it, at the price of spilling more of a rise to Lambda)",
-    )
-
-
-class InputSchema(_Strict):
-    """Shape of one instance (without the batch dimension) and its dtype."""
-
-    shape: tuple[int, ...] = Field(min_length=1)
-    dtype: Dtype = "float32"
-
-    @field_validator("shape")
-    @classmethod
-    def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if any(d <= 0 for d in v):
-            raise ValueError(f"every dimension must be a positive integer, got {list(v)}")
-        return v
-
-
-class ModelSpec(_Strict):
-    """A model served by mark."""
-
-    name: str = Field(description="URL-safe name: lowercase letters, digits, '.', '_' and '-'")
-    source: str = Field(
-        description="a TorchScript file path, or 'package.module:factory' returning a torch module"
-    )
-    input: InputSchema
-    slo: SLO
-    profile: Path | None = Field(
-        default=None, description="profile file (batch latencies per instance type)"
-    )
-    max_rate_rps: float | None = Field(
-        default=None,
-        gt=0,
-        description="the most load this model can see (r/s); forecasts above it are clipped",
-    )
-    neuron_artifact: str | None = Field(
-        default=None,
-        min_length=1,
-        description="the model compiled for Inferentia (TorchScript from torch_neuronx.trace "
-        "for inf2, torch.neuron.trace for inf1); without it no Inferentia type is planned",
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(
-                f"{v!r} is not a valid model name; allowed: 1-63 of a-z 0-9 . _ - "
-                "starting with a letter or digit"
-            )
-        return v
-
-    @property
-    def loader(self) -> Literal["torchscript", "factory"]:
-        return "factory" if ":" in self.source and not Path(self.source).exists() else "torchscript"
 
 
 def _check_types(types: Sequence[str], what: str) -> None:
@@ -328,16 +243,22 @@ class PredictorSpec(_Strict):
 
 class ExploreSpec(_Strict):
     """Measuring offering types no profile rates: the control loop launches one instance of
-    such a type, its agent times the model, and the type is planned from then on."""
+    such a type, its agent times the model, and the type is planned from then on. On by
+    default: in the aws world a model with no profile would otherwise get no instance."""
 
     max_concurrent: int = Field(
-        default=0,
+        default=1,
         ge=0,
         le=100,
-        description="exploring instances in the cluster at once (within the spend rails); 0: off",
+        description="exploring instances in the cluster at once (within the spend rails and "
+        "offerings.max_instances; each lives until its agent reports, at most the boot "
+        "deadline); 0: off",
     )
     interval_s: float = Field(
-        default=3600.0, gt=0, description="at least this long between two explorations of a model"
+        default=3600.0,
+        gt=0,
+        description="at least this long between two explorations of a model; waived while "
+        "no rated offering can serve it (a new model explores at its first step)",
     )
 
 
@@ -442,127 +363,26 @@ class BudgetSpec(_Strict):
     )
 
 
-class AwsSpec(_Strict):
-    """The aws world: what the CloudFormation stack's outputs name (see ``infra/``)."""
-
-    region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
-    endpoint_url: str | None = Field(
-        default=None, pattern=r"^https?://", description="e.g. a moto server; None: AWS"
-    )
-    cluster: str = Field(
-        default="default",
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/=+@-]{0,62}$",
-        description="value of the mark:cluster tag on everything this daemon owns",
-    )
-    launch_template_id: str | None = Field(default=None, description="workers' launch template")
-    launch_template_name: str | None = Field(default=None, description="or its name")
-    launch_template_version: str = "$Latest"
-    subnet_ids: tuple[str, ...] = Field(
-        default=(),
-        description="subnets to launch into, tried in turn on no capacity; empty: the "
-        "template's network interfaces decide",
-    )
-    agent_port: int = Field(default=8500, ge=1, le=65535, description="every agent's port")
-    boot_s: float = Field(default=120.0, ge=0, description="launch to agent serving, planned")
-    interruption_queue_url: str | None = Field(
-        default=None, pattern=r"^https?://", description="SQS queue fed by the EventBridge rule"
-    )
-    spill_function: str | None = Field(default=None, description="the Lambda spill function")
-    spill_qualifier: str | None = Field(default=None, description="its alias or version")
-    spill_memory_mb: int = Field(default=2048, ge=128, le=10240, description="as deployed")
-    spill_provisioned_concurrency: int = Field(
-        default=0, ge=0, description="set on spill_qualifier at start when above 0"
-    )
-    spill_warm_concurrency: int = Field(
-        default=1, ge=0, le=1000, description="runtimes pinged warm at start and periodically"
-    )
-    spill_warm_every_s: float = Field(
-        default=300.0,
-        ge=0,
-        description="re-ping so idle runtimes are not reclaimed (Lambda frees them after "
-        "minutes idle); 0: only at start",
-    )
-    lambda_endpoint_url: str | None = Field(
-        default=None, pattern=r"^https?://", description="default: endpoint_url"
-    )
-    refresh_prices: bool = Field(
-        default=True,
-        description="at start: on-demand from the Pricing API, spot from the price history; "
-        "the shipped table where either fails",
-    )
-    pricing_endpoint_url: str | None = Field(
-        default=None, pattern=r"^https?://", description="default: endpoint_url"
-    )
-    metrics: bool = Field(default=True, description="publish CloudWatch metrics")
-    metrics_period_s: float = Field(default=60.0, ge=1.0, le=3600.0)
-
-    @model_validator(mode="after")
-    def _one_template(self) -> AwsSpec:
-        if self.launch_template_id is not None and self.launch_template_name is not None:
-            raise ValueError("give launch_template_id or launch_template_name, not both")
-        return self
-
-
-class LocalSpec(_Strict):
-    """The embedded local world (moto as EC2, agent processes as instances, local Lambda)."""
-
-    boot_delay_s: float = Field(default=5.0, ge=0, description="launch to agent start")
-    control_loop: bool = Field(default=True, description="run the planner every P_u")
-    lambda_concurrency: int = Field(default=4, ge=1, le=64)
-    lambda_memory_mb: int = Field(default=2048, ge=128, le=10240)
-    slowdown: dict[str, float] = Field(
-        default_factory=dict,
-        description="emulated speed per instance type: this machine's T_b times the factor "
-        "(default: 1 for accelerated types, 8 / vCPUs for CPU types)",
-    )
-    ec2_endpoint: str | None = Field(
-        default=None,
-        pattern=r"^https?://",
-        description="an EC2/SQS/EventBridge endpoint (a moto server) that outlives the daemon, "
-        "instead of the world's own moto: a restarted daemon finds its fleet there (with "
-        "local.cluster); None: a moto server of its own, gone when the daemon stops",
-    )
-    cluster: str | None = Field(
-        default=None,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/=+@-]{0,62}$",
-        description="the mark:cluster tag of the local fleet; None: a fresh local-<8 hex> at "
-        "every start (nothing to adopt from a moto that died with the last daemon)",
-    )
-    reference_profile: dict[str, str] = Field(
-        default_factory=dict,
-        description="per model, the T_b on this machine agents emulate (b:seconds,..., "
-        "slowed per type as above) instead of measuring it at start: for runs that must "
-        "not depend on this machine's noise (the parity test)",
-    )
-
-    @field_validator("reference_profile")
-    @classmethod
-    def _profiles(cls, v: dict[str, str]) -> dict[str, str]:
-        from bouncer.latency import BatchLatency
-
-        for model, text in v.items():
-            try:
-                BatchLatency.parse(text)
-            except ValueError as exc:
-                raise ValueError(f"local.reference_profile[{model!r}]: {exc}") from None
-        return v
-
-    @field_validator("slowdown")
-    @classmethod
-    def _factors(cls, v: dict[str, float]) -> dict[str, float]:
-        _check_types(list(v), "instance type")
-        for t, f in v.items():
-            if f < 1:
-                raise ValueError(f"slowdown of {t} is {f}; allowed: 1 or more (never faster)")
-        return v
-
-
 class ApiSpec(_Strict):
     """The REST endpoint: where it listens, and who may call it (API keys, ``mark keys``)."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    body_read_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="how long a request body may take to arrive once its headers have; a "
+        "slower one gets 408 and its connection closed, so a client that promises bytes it "
+        "never sends does not hold a connection",
+    )
+    access_log: bool | Literal["auto"] = Field(
+        default="auto",
+        description="one JSON line per request on the mark.access logger (request id, "
+        "method, path, status, duration, bytes, model, key, client); auto: on unless the "
+        "daemon logs as text to a terminal",
+    )
     auth: bool = Field(
         default=True,
         description="require an API key on every route but the health checks; false only on a "

@@ -2,8 +2,11 @@
 
 Measured on the type (stored by the daemon when an agent reports it) beats a
 profile shipped in the model spec, which beats the local world's emulated
-rule (``provisioner.profile_choice``); a type with none is not planned, nor a
-type whose accelerator the model cannot use (``provisioner.accelerators``).
+rule (``provisioner.profile_choice``); a type with none is not planned (until
+exploration measures it, ``provisioner.explore_step``), nor a type whose
+accelerator the model cannot use (``provisioner.accelerators``). A shipped
+profile rates only the types it names: one labelled ``local`` rates nothing,
+which is logged with how to get a usable one.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from mark.catalog import Catalog, Market
 from mark.config import ModelSpec, Settings
 from mark.control.setup import build_options
 from mark.ports import Store
-from mark.profile_files import load_profile_file
+from mark.profile_files import load_profile_file, unrated_entries, unusable_profile_warning
 from mark.world import World
 from provisioner.accelerators import usable
 from provisioner.greedy import PlannerOption
@@ -49,7 +52,11 @@ async def rate_options(
         for t, lat in (await world.emulated_latency(spec, source, catalog, types)).items()
     }
     if spec.profile is not None:
-        for t, lat in load_profile_file(spec.profile, spec.name).items():
+        shipped = load_profile_file(spec.profile, spec.name)
+        stray = unrated_entries(shipped, catalog.types)
+        if stray:  # e.g. "local": `mark profile` on a laptop rates no instance type
+            log.warning("%s", unusable_profile_warning(spec.profile, spec.name, stray))
+        for t, lat in shipped.items():
             available[(t, "shipped")] = lat
     for p in await store.profiles(spec.name):
         if p.source == "measured":
@@ -66,7 +73,8 @@ async def rate_options(
     missing = unrated(list(settings.offerings.types), chosen)
     if missing:
         log.warning(
-            "%s: no measured or shipped profile for %s: not planned (see `mark profile`)",
+            "%s: no measured or shipped profile for %s: not planned until one is measured "
+            "(exploration, planner.explore_unprofiled, or `mark profile --type T`)",
             spec.name,
             ", ".join(missing),
         )

@@ -5,10 +5,16 @@ token derived from the decision, so a controller that crashes and re-runs the
 same step gets the first launch back instead of buying twice; an offering out
 of capacity is reported (the controller re-plans without it); any other
 failure is reported and the rest of the step goes on.
+
+Each launch is logged with the decision that made it and why (the ``Launch``'s
+reason), and the ids it got: the line an operator finds when an instance appears
+("agent for i-... at ..."). Every other act (terminate, start, stop) and every
+failure is logged from its decision by ``Recorder.decisions``.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +30,8 @@ from mark.ports import (
     LaunchRequest,
 )
 from provisioner.control_state import Launch, Note
+
+log = logging.getLogger("mark.control")
 
 LIVE = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY})
 
@@ -123,6 +131,16 @@ class Reconciler:
             }[a.role]
             count = len(got) if role is InstanceRole.STANDBY else a.count
             out.notes.append(Note(action, a.reason, a.instance_type, a.market, count))
+            log.info(
+                "%s: %s %d× %s/%s (%s): %s",
+                a.model,
+                action,
+                count,
+                a.instance_type,
+                a.market,
+                ", ".join(i.instance_id for i in got) or "none yet",
+                a.reason,
+            )
         return out
 
     async def terminate(self, ids: Sequence[str]) -> str | None:

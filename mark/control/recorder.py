@@ -48,12 +48,27 @@ RETIREMENTS = frozenset(
 """Decisions that took an instance out of service: terminated (cool-down over, unhealthy,
 orphan, measured), stopped into the warm pool, ended from it, or a stopped standby
 beyond its worth ended."""
+LAUNCHED = frozenset({"launch", "backup", "launch-standby", "explore"})
+"""Launches ``Reconciler.launch`` logs itself, with the ids it got."""
+LOGGED_ACTS = (LAUNCHES - LAUNCHED) | RETIREMENTS | {"start-standby", "stop-standby"}
+"""The other acts on instances (starts, stops, terminations): logged at INFO with the
+decision and its reason, as launches are, so a log says why each instance came or went."""
 BILLED_STATES = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.READY})
 STOPPED_STATES = frozenset({InstanceState.STOPPING, InstanceState.STOPPED})
 """States whose last run has ended (EC2 bills a stopping instance's compute no more)."""
 UNBILLED = frozenset({*STOPPED_STATES, InstanceState.TERMINATED})
 """States of a record whose run is over or billed; every other one (``draining``, which
 the daemon records for an agent failing its probe, included) is a run still billed."""
+
+
+def _on(n: Note) -> str:
+    """What a decision acted on, for its log line: `` i-0abc (c5.large/spot)``."""
+    offering = "/".join(x for x in (n.instance_type, n.market) if x)
+    if n.instance_id:
+        return f" {n.instance_id}" + (f" ({offering})" if offering else "")
+    if offering:
+        return f" {n.count}× {offering}"
+    return f" {n.count}" if n.count != 1 else ""
 
 
 @dataclass
@@ -122,10 +137,16 @@ class Recorder:
             return 0.0
 
     def decisions(self, model: str, now: float, notes: Sequence[Note]) -> list[Decision]:
-        """Notes as decision rows; the ones a user must see are logged and counted too."""
+        """Notes as decision rows; the ones a user must see are logged and counted too,
+        and every act on instances (``LOGGED_ACTS``) and every failure is logged with
+        its reason."""
         out = []
         for n in notes:
             self._count(model, n)
+            if n.action in LOGGED_ACTS:
+                log.info("%s: %s%s: %s", model, n.action, _on(n), n.reason)
+            elif n.action.endswith("-failed") or n.action == "launch-unavailable":
+                log.warning("%s: %s%s: %s", model, n.action, _on(n), n.reason)
             if n.action in WARN_ACTIONS:
                 said = (model, n.action, n.instance_type, n.market)
                 if now - self._warned.get(said, -math.inf) >= WARN_REPEAT_S:

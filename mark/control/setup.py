@@ -7,8 +7,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from bouncer.latency import BatchLatency
 from mark.catalog import Catalog, Market
 from mark.config import ModelSpec, Settings
@@ -103,5 +101,5 @@ def measure_latency(source: str, spec: ModelSpec) -> BatchLatency:
     """T_b of this model on this machine (real inference, warm-up, median of runs)."""
     from bouncer.runner import ModelRunner  # torch: only when a profile is measured
 
-    runner = ModelRunner(source)
-    return runner.profile(np.zeros(spec.input.shape, dtype=spec.input.dtype), PROFILE_BATCHES)
+    runner = ModelRunner(spec.contract(source))
+    return runner.profile(PROFILE_BATCHES)

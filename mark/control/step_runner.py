@@ -134,7 +134,23 @@ async def run_plan_step(
             result = plan_step(snap, state, cfg, spec.slo.rt_max_ms / 1000.0)
         except NoFeasibleOption as exc:
             if result is None:
-                return StepResult(model, forecast, None, [], [], [], 0.0, error=str(exc)), state
+                return await _nothing_serves(
+                    spec,
+                    now,
+                    everything,
+                    state,
+                    cfg,
+                    options,
+                    fixed_hourly,
+                    sources,
+                    forecast,
+                    str(exc),
+                    notes,
+                    recorder,
+                    reconciler,
+                    facts,
+                    exploration,
+                )
             failed += 1
             notes.append(Note("fallback-exhausted", str(exc)))
             break
@@ -200,7 +216,7 @@ async def run_plan_step(
             notes.append(Note("retire-failed", error))
     if exploration is not None:
         after = {i.instance_id: i for i in [*everything, *launched] if i.instance_id not in gone}
-        explored, state = await _explore(
+        explored, state, awaiting = await _explore(
             spec,
             _ready(
                 snapshot(model, now, list(after.values()), price, options, (), 0.0, fixed_hourly),
@@ -215,6 +231,8 @@ async def run_plan_step(
             reconciler,
         )
         notes += explored
+    else:
+        awaiting = ()
     serving = [*(infos[i] for i in counted if i in infos), *launched]
     notes += await _standbys(
         view(everything, result.forecast),
@@ -242,6 +260,7 @@ async def run_plan_step(
                     [o.label, o.capacity_rps, sources.get(o.instance_type, "given")]
                     for o in options
                 ],
+                "awaiting_profile": [list(a) for a in awaiting],
             },
             decisions=recorder.decisions(model, now, notes),
         )
@@ -453,9 +472,12 @@ async def _explore(
     infos: Mapping[str, InstanceInfo],
     recorder: Recorder,
     reconciler: Reconciler,
-) -> tuple[list[Note], ControlState]:
+    *,
+    unplannable: bool = False,
+) -> tuple[list[Note], ControlState, tuple[tuple[str, bool], ...]]:
     """Retire exploring instances that measured their type; launch one for an unprofiled
-    type when ``explore_step`` says so."""
+    type when ``explore_step`` says so. Also returns the types awaiting a profile, each
+    with whether it is explored now (the plan's explanation shows them)."""
     now = snap.now
     step = explore_step(
         snap,
@@ -465,8 +487,9 @@ async def _explore(
         exploration.candidates,
         profiled,
         spec.neuron_artifact is not None,
+        unplannable=unplannable,
     )
-    notes, state = list(step.notes), step.state
+    notes, state, awaiting = list(step.notes), step.state, step.awaiting
     if step.retire is not None:
         ids = step.retire.instance_ids
         error = await reconciler.terminate(ids)
@@ -481,7 +504,70 @@ async def _explore(
         notes += done.notes
         if done.out_of_capacity is not None:
             state = avoid_offering(state, done.out_of_capacity, now, cfg.unavailable_ttl_s)
-    return notes, state
+        if not done.got:  # not launched (a type explored already is never picked)
+            picked = step.launch.instance_type
+            awaiting = tuple((t, on and t != picked) for t, on in awaiting)
+    return notes, state, awaiting
+
+
+async def _nothing_serves(
+    spec: ModelSpec,
+    now: float,
+    everything: Sequence[InstanceInfo],
+    state: ControlState,
+    cfg: StepConfig,
+    options: Sequence[PlannerOption],
+    fixed_hourly: float,
+    sources: Mapping[str, str],
+    forecast: list[float],
+    why: str,
+    notes: list[Note],
+    recorder: Recorder,
+    reconciler: Reconciler,
+    facts: Mapping[str, HealthFact] | None,
+    exploration: Exploration | None,
+) -> tuple[StepResult, ControlState]:
+    """No rated offering can serve the model (in the aws world, a new model before any
+    profile): every request spills. Exploration then measures a type at once, without
+    waiting for its interval, and the step records a plan saying so, so that
+    ``mark plan --explain`` shows what is awaited rather than nothing."""
+    model = spec.name
+    awaiting: tuple[tuple[str, bool], ...] = ()
+    if exploration is not None:
+        after = {i.instance_id: i for i in everything}
+        snap = snapshot(model, now, everything, recorder.price, options, (), 0.0, fixed_hourly)
+        explored, state, awaiting = await _explore(
+            spec,
+            _ready(snap, facts),
+            state,
+            cfg,
+            exploration,
+            {*sources, *(o.instance_type for o in options)},
+            after,
+            recorder,
+            reconciler,
+            unplannable=True,
+        )
+        notes = [*notes, *explored]
+    plan_id = await recorder.plan(
+        PlanRecord(
+            model=model,
+            at=now,
+            planner="greedy",
+            forecast=list(forecast),
+            horizon_cost=0.0,
+            explanation={
+                "lines": [f"nothing planned: {why}; every request spills to Lambda"],
+                "offerings": [
+                    [o.label, o.capacity_rps, sources.get(o.instance_type, "given")]
+                    for o in options
+                ],
+                "awaiting_profile": [list(a) for a in awaiting],
+            },
+            decisions=recorder.decisions(model, now, notes),
+        )
+    )
+    return StepResult(model, forecast, plan_id, [], [], [], 0.0, error=why), state
 
 
 async def _warm_start(

@@ -345,9 +345,7 @@ def calibrated_slowdown(settings: Settings, t1_s: float) -> tuple[float, BatchLa
     from mark.control import resolve_source
 
     spec = settings.models[0]
-    model = AgentModel(
-        resolve_source(spec, settings.data_dir), tuple(spec.input.shape), spec.input.dtype
-    )
+    model = AgentModel(spec.contract(resolve_source(spec, settings.data_dir)))
     profile = measure_profile(model)
     return max(1.0, t1_s / profile(1)), profile
 

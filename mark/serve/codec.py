@@ -20,21 +20,22 @@ from typing import Any
 import numpy as np
 import orjson
 
+from bouncer.contract import TensorSpec
 from bouncer.wire import dump_json
-from mark.config import InputSchema
 from mark.serve import binary_tensors
 
 V2_TYPES: dict[str, str] = {
+    "float16": "FP16",
     "float32": "FP32",
     "float64": "FP64",
-    "int64": "INT64",
+    "int8": "INT8",
+    "int16": "INT16",
     "int32": "INT32",
+    "int64": "INT64",
     "uint8": "UINT8",
     "bool": "BOOL",
 }
 FROM_V2 = {v: k for k, v in V2_TYPES.items()}
-OUTPUT_NAME = "output"
-"""The one output tensor every model has, as V2 names it."""
 
 
 class BadRequest(Exception):
@@ -91,20 +92,24 @@ class V2Request:
     request_id: str | None
 
 
-def read_v1(body: bytes, schema: InputSchema, max_batch: int) -> Tensor:
+def read_v1(body: bytes, schema: TensorSpec, max_batch: int) -> Tensor:
     """A V1 request body, bytes to validated tensor (one call, so it can run elsewhere)."""
     return parse_v1(parse_json(body), schema, max_batch)
 
 
 def read_v2(
-    body: bytes, header_length: str | None, schema: InputSchema, max_batch: int
+    body: bytes,
+    header_length: str | None,
+    schema: TensorSpec,
+    max_batch: int,
+    output: str = "output",
 ) -> V2Request:
     """A V2 request body, bytes to validated tensor and output wishes (one call, so it can
     run elsewhere)."""
     obj, binary = split_v2(body, header_length)
     tensor = parse_v2(obj, schema, max_batch, binary)
     request_id = obj.get("id") if isinstance(obj.get("id"), str) else None
-    return V2Request(tensor, parse_v2_outputs(obj), request_id)
+    return V2Request(tensor, parse_v2_outputs(obj, output), request_id)
 
 
 def _parameters(obj: Mapping[str, Any], what: str) -> Mapping[str, Any]:
@@ -118,7 +123,7 @@ def _parameters(obj: Mapping[str, Any], what: str) -> Mapping[str, Any]:
     return params
 
 
-def _to_array(data: Any, schema: InputSchema, what: str) -> np.ndarray[Any, Any]:
+def _to_array(data: Any, schema: TensorSpec, what: str) -> np.ndarray[Any, Any]:
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError):
@@ -146,18 +151,18 @@ def _to_array(data: Any, schema: InputSchema, what: str) -> np.ndarray[Any, Any]
     return arr.astype(want, copy=False)
 
 
-def _check_shape(arr: np.ndarray[Any, Any], schema: InputSchema, what: str) -> None:
-    want = tuple(schema.shape)
+def _check_shape(arr: np.ndarray[Any, Any], schema: TensorSpec, what: str) -> None:
     if arr.ndim < 1 or arr.shape[0] == 0:
         raise BadRequest(400, f"{what} is empty: send at least one instance")
-    if tuple(arr.shape[1:]) != want:
+    if not schema.fits(tuple(arr.shape[1:])) or 0 in arr.shape[1:]:
         raise BadRequest(
             400,
-            f"{what} has instance shape {list(arr.shape[1:])}, the model expects {list(want)}",
+            f"{what} has instance shape {list(arr.shape[1:])}, the model expects "
+            f"{list(schema.shape or ())}" + (" (-1: any length)" if schema.variable else ""),
         )
 
 
-def parse_v1(body: Any, schema: InputSchema, max_batch: int) -> Tensor:
+def parse_v1(body: Any, schema: TensorSpec, max_batch: int) -> Tensor:
     if not isinstance(body, Mapping):
         raise BadRequest(400, 'body must be a JSON object like {"instances": [...]}')
     if "instances" not in body:
@@ -174,7 +179,7 @@ def parse_v1(body: Any, schema: InputSchema, max_batch: int) -> Tensor:
     return Tensor(arr)
 
 
-def parse_v2(body: Any, schema: InputSchema, max_batch: int, binary: bytes = b"") -> Tensor:
+def parse_v2(body: Any, schema: TensorSpec, max_batch: int, binary: bytes = b"") -> Tensor:
     """The input tensor of a V2 request; ``binary`` is the data after its JSON object."""
     if not isinstance(body, Mapping):
         raise BadRequest(400, 'body must be a JSON object like {"inputs": [...]}')
@@ -192,6 +197,8 @@ def parse_v2(body: Any, schema: InputSchema, max_batch: int, binary: bytes = b""
     name, shape, datatype = inp["name"], inp["shape"], inp["datatype"]
     if not isinstance(name, str):
         raise BadRequest(400, '"name" must be a string')
+    if name != schema.name:
+        raise BadRequest(400, f"unknown input {name!r}; the model takes {schema.name!r}")
     what = f'input "{name}"'
     params = _parameters(inp, what)
     size = params.get("binary_data_size")
@@ -210,10 +217,9 @@ def parse_v2(body: Any, schema: InputSchema, max_batch: int, binary: bytes = b""
         raise BadRequest(400, f'"datatype" is {datatype!r}; the model takes {expected_type!r}')
     if shape[0] > max_batch:
         raise BadRequest(413, f"batch of {shape[0]} in one request; the limit is {max_batch}")
-    if len(shape) != len(schema.shape) + 1 or tuple(shape[1:]) != tuple(schema.shape):
+    if not schema.fits(tuple(shape[1:])):
         raise BadRequest(
-            400,
-            f'"shape" {shape} does not match the model input {[-1, *schema.shape]}',
+            400, f'"shape" {shape} does not match the model input {schema.batch_shape()}'
         )
     count = math.prod(shape)
     if size is None:
@@ -245,7 +251,7 @@ def parse_v2(body: Any, schema: InputSchema, max_batch: int, binary: bytes = b""
     return Tensor(arr, input_name=name)
 
 
-def parse_v2_outputs(body: Mapping[str, Any]) -> bool:
+def parse_v2_outputs(body: Mapping[str, Any], output: str = "output") -> bool:
     """Whether a V2 request (already parsed by ``parse_v2``) wants its output as binary data.
 
     ``"outputs"``, if sent, may only name the model's output; a requested output's
@@ -258,16 +264,14 @@ def parse_v2_outputs(body: Mapping[str, Any]) -> bool:
     if outputs is None:
         return binary
     if not isinstance(outputs, list):
-        raise BadRequest(400, '"outputs" must be a list of objects like {"name": "output"}')
+        raise BadRequest(400, f'"outputs" must be a list of objects like {{"name": "{output}"}}')
     wanted = binary
     for out in outputs:
         if not isinstance(out, Mapping) or not isinstance(out.get("name"), str):
             raise BadRequest(400, 'each requested output must be an object with a "name"')
-        if out["name"] != OUTPUT_NAME:
-            raise BadRequest(
-                400, f"unknown output {out['name']!r}; the model has one, {OUTPUT_NAME!r}"
-            )
-        params = _parameters(out, f'output "{OUTPUT_NAME}"')
+        if out["name"] != output:
+            raise BadRequest(400, f"unknown output {out['name']!r}; the model has one, {output!r}")
+        params = _parameters(out, f'output "{output}"')
         if "classification" in params:
             raise BadRequest(400, "the classification extension is not supported")
         wanted = params.get("binary_data", binary)
@@ -276,20 +280,35 @@ def parse_v2_outputs(body: Mapping[str, Any]) -> bool:
     return wanted
 
 
-def encode_v1(outputs: Sequence[Any]) -> dict[str, Any]:
-    # Outputs arrive as JSON lists from the agents, or arrays from Lambda; orjson takes both.
-    return {"predictions": list(outputs)}
-
-
-def encode_v2(model: str, outputs: Sequence[Any], request_id: str | None) -> dict[str, Any]:
+def output_array(outputs: Sequence[Any], spec: TensorSpec) -> np.ndarray[Any, Any]:
+    """The rows' outputs as one array of the declared type. Outputs cross JSON (from an
+    agent, from Lambda) as decimal text of any precision; cast to the model's type, every
+    answer prints the same number whoever served it. An undeclared output (a model
+    configured without a manifest) keeps integers and takes floats as float32, the type
+    such models compute in."""
     arr = np.asarray(outputs)
-    if arr.dtype.kind == "f":  # outputs crossed JSON as float64; the models compute float32
-        arr = arr.astype(np.float32)
-    kind = V2_TYPES.get(str(arr.dtype), "FP32")
+    want = spec.dtype if spec.shape is not None else "float32" if arr.dtype.kind == "f" else None
+    with np.errstate(over="ignore", invalid="ignore"):  # out of range: inf, as the model's
+        return arr.astype(want, copy=False) if want is not None else arr
+
+
+def encode_v1(outputs: Sequence[Any], spec: TensorSpec) -> dict[str, Any]:
+    return {"predictions": output_array(outputs, spec)}
+
+
+def encode_v2(
+    model: str, outputs: Sequence[Any], request_id: str | None, spec: TensorSpec
+) -> dict[str, Any]:
+    arr = output_array(outputs, spec)
     body: dict[str, Any] = {
         "model_name": model,
         "outputs": [
-            {"name": OUTPUT_NAME, "shape": list(arr.shape), "datatype": kind, "data": arr.ravel()}
+            {
+                "name": spec.name,
+                "shape": list(arr.shape),
+                "datatype": V2_TYPES[spec.dtype],
+                "data": arr.ravel(),
+            }
         ],
     }
     if request_id is not None:
@@ -298,14 +317,14 @@ def encode_v2(model: str, outputs: Sequence[Any], request_id: str | None) -> dic
 
 
 def encode_v2_binary(
-    model: str, outputs: Sequence[Any], request_id: str | None
+    model: str, outputs: Sequence[Any], request_id: str | None, spec: TensorSpec
 ) -> tuple[bytes, int]:
     """The V2 response with the output as binary data, and the length of its JSON object.
 
     The body is the JSON object, then the output's bytes; the length goes in the
     ``Inference-Header-Content-Length`` header.
     """
-    body = encode_v2(model, outputs, request_id)
+    body = encode_v2(model, outputs, request_id, spec)
     (out,) = body["outputs"]
     raw = binary_tensors.encode(out.pop("data"), out["datatype"])
     out["parameters"] = {"binary_data_size": len(raw)}

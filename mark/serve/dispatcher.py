@@ -3,7 +3,9 @@
 Every request carries its deadline (arrival + RT_max). The batcher takes the
 oldest request, picks the instance that can finish it soonest, and fills a
 batch for that instance until its N_batch is reached or W_batch has passed
-since that request arrived — a batch never waits longer. That rule is
+since that request arrived — a batch never waits longer — or the next request
+has another shape (a model with a variable dimension: rows batch only with rows
+of their own shape; the other one starts the next batch). That rule is
 ``bouncer.routing``'s, which the simulator applies too; the batch goes to the
 agent in ``bouncer.wire``'s protocol. The instance's Bouncer answers at once
 with what it admits; what it rejects, and everything when no instance exists,
@@ -243,6 +245,9 @@ class Dispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._forming: list[_Request] = []  # the batch being filled: neither queued nor sent
+        # The first request of another shape than the batch being filled: the next
+        # batch's first (``_next``), so requests of one shape batch together, in order.
+        self._held: _Request | None = None
         self._open = True  # False once closing: ``submit`` answers at once with an error
         self._may_spill = True  # False once close's last wait is over
 
@@ -269,9 +274,10 @@ class Dispatcher:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
-        for r in self._forming:
+        for r in [*self._forming, *([self._held] if self._held else [])]:
             self._finish(r, None, SHUTTING_DOWN, "none")
         self._forming = []
+        self._held = None
         while not self._queue.empty():
             self._finish(self._queue.get_nowait(), None, SHUTTING_DOWN, "none")
         if self._tasks and wait_s > 0:
@@ -409,9 +415,25 @@ class Dispatcher:
         now = self.clock()
         return pick(now, [b for b in self.backends.values() if self._usable(b, now)])
 
+    async def _next(self) -> _Request:
+        """The held request, else the queue's next."""
+        if self._held is not None:
+            held, self._held = self._held, None
+            return held
+        return await self._queue.get()
+
+    def _joins(self, batch: list[_Request], r: _Request) -> bool:
+        """Whether ``r`` joins the batch (its shape is the batch's); else it is held for
+        the next one. A model's rows differ in shape only along a variable dimension."""
+        if r.row.shape == batch[0].row.shape:
+            batch.append(r)
+            return True
+        self._held = r
+        return False
+
     async def _batcher(self) -> None:
         while True:
-            first = await self._queue.get()
+            first = await self._next()
             backend = self._pick()
             if backend is None:
                 batch = [first]
@@ -425,8 +447,9 @@ class Dispatcher:
             w_end = window_end(first.arrival, backend.w_batch_s)
             while len(batch) < backend.n_batch:
                 if not self._queue.empty():  # what is waiting joins at once
-                    batch.append(self._queue.get_nowait())
-                    continue
+                    if self._joins(batch, self._queue.get_nowait()):
+                        continue
+                    break
                 now = self.clock()
                 wait = due_at(now, w_end) - now
                 if wait <= 0:
@@ -436,8 +459,10 @@ class Dispatcher:
                     # the inner task took (or swallow the cancel); under a timeout scope
                     # the queue keeps a request until get() returns it.
                     async with asyncio.timeout(wait):
-                        batch.append(await self._queue.get())
+                        got = await self._queue.get()
                 except TimeoutError:
+                    break
+                if not self._joins(batch, got):
                     break
             self._forming = []
             # The instance may have left, been replaced, penalised or retired while the

@@ -6,7 +6,8 @@ into a JSON 500 *and logs it*; client mistakes never get that far.
 
 V2 as Triton's reference clients speak it: server metadata (``GET /v2``), model
 readiness, the binary tensor data extension both ways, and every model route
-also under ``/versions/1`` (mark serves one version of each model). A model is
+also under ``/versions/{v}`` for the version served (a model directory's highest, or the
+one its manifest names). A model is
 ready while a request has somewhere to go: an instance, or the spill function.
 TF-Serving's model status (``GET /v1/models/{name}``) says the same in V1 terms.
 
@@ -49,17 +50,19 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from aiohttp import web
 
+from bouncer.contract import TensorSpec
 from bouncer.wire import SERVED_BY_HEADER, dump_json
 from mark.config import ModelSpec, Settings
 from mark.logs import request_ids
+from mark.serve.access_log import access_log
 from mark.serve.auth import AUTH, INFERENCE, METRICS, Auth, KeyCache, require_key, sees_internals
 from mark.serve.binary_tensors import HEADER_LENGTH, OCTET_STREAM
+from mark.serve.body import BodyTimeout, hang_up, read_body
 from mark.serve.codec import (
-    OUTPUT_NAME,
     V2_TYPES,
     BadRequest,
     Tensor,
@@ -77,8 +80,6 @@ from mark.serve.telemetry import Telemetry
 log = logging.getLogger("mark.api")
 
 MAX_INSTANCES_PER_REQUEST = 1024
-MODEL_VERSION = "1"
-"""The one version of each model mark serves, as V2 and TF-Serving name it."""
 EXTENSIONS = ["binary_tensor_data"]
 """The V2 protocol extensions implemented, as server metadata lists them."""
 RETRY_AFTER_S = "1"
@@ -230,8 +231,9 @@ def _error(status: int, message: str) -> web.Response:
 async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except BadRequest as exc:
-        return _error(exc.status, exc.message)
+    except BadRequest as exc:  # ClientGone too: the client left, not a 5xx nor an ERROR
+        response = _error(exc.status, exc.message)
+        return await hang_up(request, response) if isinstance(exc, BodyTimeout) else response
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[STATE].settings.api.max_body_bytes
         return _error(413, f"request body too large: the limit is {limit} bytes")
@@ -249,10 +251,11 @@ def _served(request: web.Request) -> Served:
     served = request.app[STATE].models.get(name)
     if served is None:
         raise BadRequest(404, f"unknown model {name!r}; GET /v1/models lists them")
-    version = request.match_info.get("version", MODEL_VERSION)
-    if version != MODEL_VERSION:
+    version = request.match_info.get("version", served.spec.version)
+    if version != served.spec.version:
         raise BadRequest(
-            404, f"model {name!r} has no version {version!r}; mark serves version {MODEL_VERSION}"
+            404,
+            f"model {name!r} has no version {version!r}; mark serves version {served.spec.version}",
         )
     return served
 
@@ -310,7 +313,7 @@ async def model_status_v1(request: web.Request) -> web.Response:
     ok = _can_serve(state, served)
     draining = state.intake.phase is Phase.DRAINING
     status = {
-        "version": MODEL_VERSION,
+        "version": served.spec.version,
         "state": "AVAILABLE" if ok else "UNLOADING" if draining else "LOADING",
         "status": {
             "error_code": "OK" if ok else "UNAVAILABLE",
@@ -320,21 +323,30 @@ async def model_status_v1(request: web.Request) -> web.Response:
     return _json({"model_version_status": [status]})
 
 
+PLATFORMS = {
+    "torchscript": "pytorch_libtorch",
+    "onnx": "onnxruntime_onnx",
+    "python": "python",
+    "pytorch": "pytorch",
+}
+"""Each format as Triton's model metadata names its platform."""
+
+
+def _tensor_metadata(t: TensorSpec) -> dict[str, Any]:
+    return {"name": t.name, "datatype": V2_TYPES[t.dtype], "shape": t.batch_shape()}
+
+
 async def model_metadata(request: web.Request) -> web.Response:
+    """V2 model metadata: the real tensors, ``-1`` for the batch and each variable
+    dimension (an output's whole instance shape too if it was never declared or learnt)."""
     m = _served(request).spec
     return _json(
         {
             "name": m.name,
-            "versions": [MODEL_VERSION],
-            "platform": "pytorch_torchscript" if m.loader == "torchscript" else "pytorch",
-            "inputs": [
-                {
-                    "name": "input",
-                    "datatype": V2_TYPES[m.input.dtype],
-                    "shape": [-1, *m.input.shape],
-                }
-            ],
-            "outputs": [{"name": OUTPUT_NAME, "datatype": "FP32", "shape": [-1, -1]}],
+            "versions": [m.version],
+            "platform": PLATFORMS[m.model_format],
+            "inputs": [_tensor_metadata(t.spec()) for t in m.inputs],
+            "outputs": [_tensor_metadata(t.spec()) for t in m.outputs],
             "slo": {"rt_max_ms": m.slo.rt_max_ms, "sl_min": m.slo.sl_min},
         }
     )
@@ -394,24 +406,33 @@ def _failure(ran: Ran) -> web.Response | None:
 async def predict_v1(request: web.Request) -> web.Response:
     served = _served(request)
     state = request.app[STATE]
-    body = await request.read()
-    schema = served.spec.input
+    body = await read_body(request, state.settings.api.body_read_timeout_s)
+    spec = served.spec
+    schema = spec.input_tensor
     tensor = await state.parsing.run(len(body), read_v1, body, schema, MAX_INSTANCES_PER_REQUEST)
     ran = await _run(state, served, tensor)
     outcomes = ran.outcomes
     return _failure(ran) or _json(
-        encode_v1([o.output for o in outcomes]), headers=_served_by(request, outcomes)
+        encode_v1([o.output for o in outcomes], spec.output_tensor),
+        headers=_served_by(request, outcomes),
     )
 
 
 async def infer_v2(request: web.Request) -> web.Response:
     served = _served(request)
     state = request.app[STATE]
-    body = await request.read()
+    body = await read_body(request, state.settings.api.body_read_timeout_s)
     given_length = request.headers.get(HEADER_LENGTH)
-    schema = served.spec.input
+    spec = served.spec
+    schema = spec.input_tensor
     parsed = await state.parsing.run(
-        len(body), read_v2, body, given_length, schema, MAX_INSTANCES_PER_REQUEST
+        len(body),
+        read_v2,
+        body,
+        given_length,
+        schema,
+        MAX_INSTANCES_PER_REQUEST,
+        spec.output_tensor.name,
     )
     ran = await _run(state, served, parsed.tensor)
     failure = _failure(ran)
@@ -422,8 +443,9 @@ async def infer_v2(request: web.Request) -> web.Response:
     outputs = [o.output for o in outcomes]
     if not parsed.binary_output:
         served_by = _served_by(request, outcomes)
-        return _json(encode_v2(served.spec.name, outputs, req_id), headers=served_by)
-    payload, head_length = encode_v2_binary(served.spec.name, outputs, req_id)
+        body_v2 = encode_v2(spec.name, outputs, req_id, spec.output_tensor)
+        return _json(body_v2, headers=served_by)
+    payload, head_length = encode_v2_binary(spec.name, outputs, req_id, spec.output_tensor)
     return web.Response(
         body=payload,
         content_type=OCTET_STREAM,
@@ -485,7 +507,8 @@ def build_app(
     is how the daemon holds inference until its first agent sync and drains it."""
     auth = [require_key] if settings.api.auth else []
     # request_ids outermost: every log line of a request, and its answer, names it.
-    middlewares = [request_ids, errors_as_json, intake_guard, *auth]
+    # access_log inside it (the id) and outside errors_as_json (the status answered).
+    middlewares = [request_ids, access_log(settings), errors_as_json, intake_guard, *auth]
     app = web.Application(client_max_size=settings.api.max_body_bytes, middlewares=middlewares)
     if settings.api.auth:
         app[AUTH] = Auth(keys if keys is not None else KeyCache(), settings.api, _needs)

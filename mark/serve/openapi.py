@@ -49,7 +49,8 @@ _ERROR = {
 def _nested(shape: tuple[int, ...], item: dict[str, Any]) -> dict[str, Any]:
     schema = item
     for d in reversed(shape):
-        schema = {"type": "array", "items": schema, "minItems": d, "maxItems": d}
+        bounds = {"minItems": d, "maxItems": d} if d > 0 else {"minItems": 1}  # -1: any length
+        schema = {"type": "array", "items": schema, **bounds}
     return schema
 
 
@@ -125,7 +126,9 @@ def _document(settings: Settings, max_instances: int) -> dict[str, Any]:
         },
     }
     for m in settings.models:
-        item = _item(m.input.dtype)
+        tensor = m.input_tensor
+        shape = tensor.shape or ()
+        item = _item(tensor.dtype)
         name_param = {
             "name": "name",
             "in": "path",
@@ -140,7 +143,7 @@ def _document(settings: Settings, max_instances: int) -> dict[str, Any]:
                     "type": "array",
                     "minItems": 1,
                     "maxItems": max_instances,
-                    "items": _nested(m.input.shape, item),
+                    "items": _nested(shape, item),
                 }
             },
         }
@@ -157,12 +160,12 @@ def _document(settings: Settings, max_instances: int) -> dict[str, Any]:
                         "type": "object",
                         "required": ["name", "shape", "datatype", "data"],
                         "properties": {
-                            "name": {"type": "string"},
+                            "name": {"type": "string", "enum": [tensor.name]},
                             "shape": {
                                 "type": "array",
                                 "items": {"type": "integer", "minimum": 0},
-                                "minItems": len(m.input.shape) + 1,
-                                "maxItems": len(m.input.shape) + 1,
+                                "minItems": len(shape) + 1,
+                                "maxItems": len(shape) + 1,
                             },
                             "datatype": {"type": "string"},
                             "data": {"type": "array"},

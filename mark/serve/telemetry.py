@@ -1,5 +1,11 @@
 """Telemetry of one model: arrivals per sample window, latency and SLO outcome per minute.
 
+What arrives and ends here are rows (instances): a request of 16 instances is 16
+arrivals, as the planner must see the load. HTTP inference requests are counted apart
+(``requests``, per minute and in ``/metrics`` as ``mark_inference_requests_total``), so
+a person is not told 2,055 requests where 10 calls came; ``mark_requests_total{outcome}``
+keeps its name (dashboards query it) but counts rows too.
+
 In memory and cheap on the request path (a few integer adds); the daemon
 drains closed windows into the store, the empty ones too: a window with no
 arrivals is a zero the forecaster must see, while a window the store does not
@@ -34,6 +40,7 @@ comes after a longer stall (a suspended machine) leaves the older ones missing."
 @dataclass
 class _Minute:
     latencies_ms: list[float] = field(default_factory=list)
+    requests: int = 0
     hits: int = 0
     misses: int = 0
     spilled: int = 0
@@ -57,6 +64,10 @@ class Telemetry:
     rejects: dict[str, int] = field(default_factory=dict)
     """Bouncer rejects by instance type."""
     lambda_cost: float = 0.0
+    requests: int = 0
+    """Inference requests (HTTP calls) whose rows arrived: ``arrival`` calls."""
+    rows: int = 0
+    """Rows (instances) arrived, the sum of every ``arrival``'s ``n``."""
     _arrivals: dict[float, int] = field(default_factory=dict)
     _minutes: dict[float, _Minute] = field(default_factory=dict)
     recent: deque[bool] = field(default_factory=deque)
@@ -73,7 +84,11 @@ class Telemetry:
         return math.floor(t / self.sample_window_s) * self.sample_window_s
 
     def arrival(self, now: float, n: int = 1) -> None:
+        """One request of ``n`` rows arrived."""
         w = self._window(now)
+        self.requests += 1
+        self.rows += n
+        self._minute(now).requests += 1
         self._arrivals[w] = self._arrivals.get(w, 0) + n
         if self._next is None:
             self._next = w
@@ -89,7 +104,7 @@ class Telemetry:
         )
         self.counts[kind] += 1
         self.latency_sum_s += latency_s
-        minute = self._minutes.setdefault(math.floor(now / 60.0) * 60.0, _Minute())
+        minute = self._minute(now)
         ms = latency_s * 1000.0
         within = ok and ms <= self.rt_max_ms
         minute.latencies_ms.append(ms)
@@ -108,6 +123,9 @@ class Telemetry:
         if spilled:
             s = self._spills
             self._spills = SpillCounts(s.total + 1, s.within + within, s.cost)
+
+    def _minute(self, now: float) -> _Minute:
+        return self._minutes.setdefault(math.floor(now / 60.0) * 60.0, _Minute())
 
     def spilled(self, cause: str, n: int, instance_type: str | None = None) -> None:
         """``n`` requests handed to Lambda for ``cause`` (``rejected``: by an agent of
@@ -171,6 +189,7 @@ class Telemetry:
                     m.misses,
                     m.spilled,
                     m.errors,
+                    http_requests=m.requests,
                 )
             )
         return windows, rollups
@@ -185,6 +204,10 @@ class Telemetry:
         """Counters in Prometheus text format (the /metrics endpoint joins all models)."""
         label = f'model="{self.model}"'
         lines = [
+            f"mark_inference_requests_total{{{label}}} {self.requests}",
+            f"mark_rows_total{{{label}}} {self.rows}",
+        ]
+        lines += [  # rows by outcome, under the name dashboards know
             f'mark_requests_total{{{label},outcome="{k}"}} {v}' for k, v in self.counts.items()
         ]
         total = sum(self.counts.values())

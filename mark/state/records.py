@@ -44,6 +44,11 @@ class ArrivalWindow:
 
 @dataclass(frozen=True, slots=True)
 class LatencyRollup:
+    """One model-minute. ``requests`` counts rows (instances) finished, the unit of load
+    and of the SLO; ``http_requests`` the inference requests (HTTP calls) that arrived,
+    each of one or more rows (None: not counted, a minute recorded before mark kept it).
+    """
+
     model: str
     minute_start: float
     requests: int
@@ -54,6 +59,7 @@ class LatencyRollup:
     slo_misses: int
     spilled: int = 0
     errors: int = 0
+    http_requests: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

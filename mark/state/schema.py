@@ -79,6 +79,8 @@ class LatencyRollupRow(Base):
     slo_misses: Mapped[int] = mapped_column(Integer)
     spilled: Mapped[int] = mapped_column(Integer, default=0)
     errors: Mapped[int] = mapped_column(Integer, default=0)
+    # Inference requests (HTTP calls); ``requests`` counts rows. Null before 0005.
+    http_requests: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class PlanRow(Base):

@@ -19,10 +19,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from bouncer.agent import Agent
 from bouncer.agent_token import TOKEN_ENV, TOKEN_HEADER, daemon_token, token_headers, token_matches
+from bouncer.contract import legacy_contract
 from bouncer.latency import BatchLatency
-from bouncer.runner import ModelLoadError, ModelRunner, load_model
+from bouncer.runner import ModelLoadError
 from mark.cloud.local.agents import AgentModel, _read_port, spawn_agent, stop_agent
 from mark.demo import save_torchscript
+from tests.runners import source_runner
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ async def _lines(resp: Any) -> list[dict[str, Any]]:
 async def test_admitted_requests_get_real_outputs_rejected_come_back_first(
     model_path: Path,
 ) -> None:
-    runner = ModelRunner(str(model_path))
+    runner = source_runner(str(model_path))
     agent = Agent(runner=runner, latency=BatchLatency.from_mapping({1: 0.05, 4: 0.08}))
     x = np.random.default_rng(0).random((3, 2, 3), dtype=np.float32)
     now = time.time()
@@ -51,14 +53,16 @@ async def test_admitted_requests_get_real_outputs_rejected_come_back_first(
         assert resp.status == 200
         head, tail = await _lines(resp)
         assert head["admitted"] == [0, 2] and head["rejected"] == [1]
-        expected = runner.model(torch.from_numpy(x[[0, 2]])).detach().numpy()
+        expected = runner.run(x[[0, 2]])
         assert np.allclose(tail["outputs"], expected, atol=1e-6)
         health = await (await client.get("/health")).json()
         assert (health["served"], health["rejected"], health["queue_depth"]) == (2, 1, 0)
 
 
 async def test_bad_batches_are_400_and_the_agent_keeps_serving(model_path: Path) -> None:
-    agent = Agent(runner=ModelRunner(str(model_path)), latency=BatchLatency.from_mapping({1: 0.01}))
+    agent = Agent(
+        runner=source_runner(str(model_path)), latency=BatchLatency.from_mapping({1: 0.01})
+    )
     async with TestClient(TestServer(agent.app())) as client:
         for body in (
             {"instances": [[1.0]]},  # no deadlines
@@ -75,24 +79,22 @@ async def test_bad_batches_are_400_and_the_agent_keeps_serving(model_path: Path)
 
 
 def test_measured_profile_is_monotone_enough(model_path: Path) -> None:
-    runner = ModelRunner(str(model_path))
-    lat = runner.profile(np.zeros((2, 3), dtype=np.float32), sizes=(1, 8), runs=3)
+    lat = source_runner(str(model_path), (2, 3)).profile(sizes=(1, 8), runs=3)
     assert all(t > 0 for _, t in lat.points)
 
 
 def test_bad_sources_say_why(tmp_path: Path) -> None:
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"not a model")
-    with pytest.raises(ModelLoadError, match="not a TorchScript file"):
-        load_model(str(junk))
-    with pytest.raises(ModelLoadError, match="neither a file"):
-        load_model("nowhere")
-    with pytest.raises(ModelLoadError, match="cannot import"):
-        load_model("no_such_pkg.mod:f")
-    with pytest.raises(ModelLoadError, match="not a torch module"):
-        load_model("builtins:dict")
-    with pytest.raises(ModelLoadError, match="factory 'json:dumps' failed: TypeError"):
-        load_model("json:dumps")
+    for source, says in (
+        (str(junk), "junk.pt"),
+        ("nowhere", "nowhere"),
+        ("no_such_pkg.mod:f", "no_such_pkg"),
+        ("builtins:dict", "builtins:dict"),
+        ("json:dumps", "json:dumps"),
+    ):
+        with pytest.raises(ModelLoadError, match=says):
+            source_runner(source)
 
 
 class _FakeTime:
@@ -111,12 +113,14 @@ class _FakeTime:
 
 
 class _Runner:
+    contract = legacy_contract("m", "m.pt", (2,), "float32")
+
     def __init__(self, clock: _FakeTime, takes: list[float]) -> None:
         self.clock, self.takes = clock, takes
 
-    def run(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
         self.clock.t += self.takes.pop(0)
-        return batch
+        return {"output": inputs["input"]}
 
 
 def test_slowdown_sleeps_to_the_profiled_time_not_a_multiple_of_the_measured_one() -> None:
@@ -163,7 +167,8 @@ def test_an_agent_given_a_profile_emulates_it_instead_of_profiling_itself(
 
     given = BatchLatency.from_mapping({1: 0.004, 8: 0.0155})
     assert BatchLatency.parse(str(given)) == given  # the --latency argument round-trips
-    agent = build_agent(str(model_path), (2, 3), "float32", 5.0, BatchLatency.parse(str(given)))
+    contract = legacy_contract("m", str(model_path), (2, 3), "float32")
+    agent = build_agent(contract, 5.0, BatchLatency.parse(str(given)))
     assert agent.latency == given and agent.expected_latency(1) == pytest.approx(0.02)
     with pytest.raises(ValueError, match="b:seconds"):
         BatchLatency.parse("1=0.004")
@@ -174,7 +179,7 @@ def test_an_agent_given_a_profile_emulates_it_instead_of_profiling_itself(
 
 async def test_every_route_needs_the_token(model_path: Path) -> None:
     agent = Agent(
-        runner=ModelRunner(str(model_path)),
+        runner=source_runner(str(model_path)),
         latency=BatchLatency.from_mapping({1: 0.01}),
         example=np.zeros((2, 3), dtype=np.float32),
         token="s3cret",
@@ -206,7 +211,7 @@ def _proc(pid: int, what: str) -> list[bytes]:
 async def test_a_spawned_agent_gets_the_token_in_its_environment_not_its_arguments() -> None:
     """The local world's way to start an agent: others on the machine get 401, and ``ps``
     does not show the token."""
-    model = AgentModel(TINY[0], (4,), "float32")
+    model = AgentModel(legacy_contract("m", TINY[0], (4,), "float32"))
     proc = await spawn_agent(model, "--latency", "1:0.001", announce=True, cwd=str(ROOT))
     try:
         port = await asyncio.wait_for(_read_port(proc), 60)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from bouncer.contract import ModelContract, TensorSpec
 from bouncer.device import (
     HOST_THREADS,
     DeviceChoice,
@@ -29,6 +30,7 @@ from bouncer.device import (
     select_device,
 )
 from bouncer.runner import ModelLoadError, ModelRunner
+from bouncer.runtimes.torch_runtime import TorchRuntime
 from mark.demo import save_torchscript
 from provisioner.accelerators import usable
 
@@ -149,6 +151,18 @@ def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_torchscript(net.eval(), tmp_path_factory.mktemp("m") / "tiny.pt")
 
 
+def tiny(artifact: str | Path) -> ModelContract:
+    """The tiny model's contract: "input" float32 [2, 3] -> "output" float32 [3]."""
+    return ModelContract(
+        "tiny",
+        "1",
+        "torchscript",
+        str(artifact),
+        (TensorSpec("input", "float32", (2, 3)),),
+        (TensorSpec("output", "float32", (3,)),),
+    )
+
+
 @pytest.fixture(autouse=True)
 def _keep_threads() -> Iterator[None]:
     before = torch.get_num_threads()
@@ -180,17 +194,22 @@ def _direct(path: Path, x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return out
 
 
+def _torch(runner: ModelRunner) -> TorchRuntime:
+    assert isinstance(runner.runtime, TorchRuntime)
+    return runner.runtime
+
+
 def test_runner_on_the_cpu_uses_the_chosen_threads_and_inference_mode(model_path: Path) -> None:
     choice = select_device(hw(vcpus=3))
-    example = np.zeros((2, 3), dtype=np.float32)
-    runner = ModelRunner(str(model_path), choice=choice, example=example)
+    runner = ModelRunner(tiny(model_path), choice=choice, warm=True)
     assert runner.choice is choice and torch.get_num_threads() == 3
     x = np.random.default_rng(1).standard_normal((5, 2, 3)).astype(np.float32)
-    assert np.array_equal(runner.run(x), _direct(model_path, x))
-    runner.model = _Recorder(runner.model)
-    runner.run(x)
-    assert runner.model.modes == [True, False]  # inference mode on; the output needs no grad
-    lat = runner.profile(example, sizes=(1, 4), runs=2)
+    assert np.array_equal(runner.run({"input": x})["output"], _direct(model_path, x))
+    recorder = _Recorder(_torch(runner).module)
+    _torch(runner).module = recorder
+    runner.run({"input": x})
+    assert recorder.modes == [True, False]  # inference mode on; the output needs no grad
+    lat = runner.profile(sizes=(1, 4), runs=2)
     assert all(t > 0 for _, t in lat.points)
 
 
@@ -199,63 +218,62 @@ def test_the_chosen_threads_hold_on_a_worker_thread_that_predates_the_runner(
 ) -> None:
     def threads_after(runner: ModelRunner | None) -> int:
         if runner is not None:
-            runner.run(np.zeros((1, 2, 3), dtype=np.float32))
+            runner.run({"input": np.zeros((1, 2, 3), dtype=np.float32)})
         return torch.get_num_threads()
 
     torch.set_num_threads(1)
     with ThreadPoolExecutor(max_workers=1) as worker:
         assert worker.submit(threads_after, None).result() == 1  # the thread exists, at 1
-        runner = ModelRunner(str(model_path), choice=select_device(hw(vcpus=3)))
+        runner = ModelRunner(tiny(model_path), choice=select_device(hw(vcpus=3)))
         assert worker.submit(threads_after, runner).result() == 3
 
 
 def test_runner_without_a_choice_runs_as_before(model_path: Path) -> None:
-    runner = ModelRunner(str(model_path))
+    runner = ModelRunner(tiny(model_path))
     assert torch.get_num_threads() == 1 and runner.choice.kind == "cpu"
     x = np.ones((2, 2, 3), dtype=np.float32)
-    assert np.array_equal(runner.run(x), _direct(model_path, x))
-    ModelRunner(str(model_path), choice=select_device(hw(vcpus=2)))  # inter-op set once: no error
+    assert np.array_equal(runner.run({"input": x})["output"], _direct(model_path, x))
+    ModelRunner(tiny(model_path), choice=select_device(hw(vcpus=2)))  # inter-op set once
 
 
 def test_runner_on_neuron_imports_the_package_and_loads_the_artifact(
     model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stand-in for torch_neuronx (its import registers the Neuron ops) and a plain
-    TorchScript file for the artifact: the source is not what gets loaded."""
+    TorchScript file for the artifact: the contract's artifact is not what gets loaded."""
     fake = types.ModuleType("fake_torch_neuronx")
     monkeypatch.setitem(sys.modules, "fake_torch_neuronx", fake)
     choice = select_device(
         hw(neuron="fake_torch_neuronx", accelerator="inferentia"), neuron_artifact=str(model_path)
     )
     assert choice.kind == "neuron"
-    runner = ModelRunner("nowhere:at_all", choice=choice, example=np.zeros((2, 3), np.float32))
+    runner = ModelRunner(tiny(tmp_path / "nowhere.pt"), choice=choice, warm=True)
     x = np.ones((2, 2, 3), dtype=np.float32)
-    assert np.array_equal(runner.run(x), _direct(model_path, x))
+    assert np.array_equal(runner.run({"input": x})["output"], _direct(model_path, x))
     assert torch.get_num_threads() == HOST_THREADS
     missing = select_device(
         hw(neuron="no_such_neuron_pkg", accelerator="inferentia"), neuron_artifact=str(model_path)
     )
     with pytest.raises(ModelLoadError, match="cannot import no_such_neuron_pkg"):
-        ModelRunner(str(model_path), choice=missing)
+        ModelRunner(tiny(model_path), choice=missing)
     gone = select_device(hw(neuron="fake_torch_neuronx"), neuron_artifact=str(tmp_path / "none.pt"))
-    with pytest.raises(ModelLoadError, match="is not a file"):
-        ModelRunner(str(model_path), choice=gone)
+    with pytest.raises(ModelLoadError, match=r"neuron_artifact: Neuron artifact .* is not a file"):
+        ModelRunner(tiny(model_path), choice=gone)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device here")
 def test_runner_on_cuda_puts_model_and_batches_on_the_gpu(model_path: Path) -> None:
     choice = select_device(probe())
     assert choice.kind == "cuda" and choice.device == "cuda:0"
-    example = np.zeros((2, 3), dtype=np.float32)
-    runner = ModelRunner(str(model_path), choice=choice, example=example)
-    assert all(p.device.type == "cuda" for p in runner.model.parameters())
+    runner = ModelRunner(tiny(model_path), choice=choice, warm=True)
+    assert all(p.device.type == "cuda" for p in _torch(runner).module.parameters())
     assert torch.get_num_threads() == choice.threads
     x = np.random.default_rng(2).standard_normal((16, 2, 3)).astype(np.float32)
-    out = runner.run(x)
+    out = runner.run({"input": x})["output"]
     assert isinstance(out, np.ndarray) and out.shape == (16, 3)
     assert np.allclose(out, _direct(model_path, x), atol=1e-5)
-    assert runner.timed(x) > 0
-    lat = runner.profile(example, sizes=(1, 8), runs=3)
+    assert runner.timed({"input": x}) > 0
+    lat = runner.profile(sizes=(1, 8), runs=3)
     assert all(t > 0 for _, t in lat.points)
 
 
@@ -271,7 +289,5 @@ def test_agent_device_flags(monkeypatch: pytest.MonkeyPatch, model_path: Path) -
         assert choose_device("auto", None, None).threads == probe().vcpus
         args = ["--model-source", str(model_path), "--input-shape", "2,3", "--device", "cuda"]
         assert main(args) == 2  # asked for CUDA on a machine without it: an error, not the CPU
-    agent = build_agent(
-        str(model_path), (2, 3), "float32", 1.0, None, choose_device("cpu", 2, None)
-    )
+    agent = build_agent(tiny(model_path), 1.0, None, choose_device("cpu", 2, None))
     assert agent.runner.choice.threads == 2 and torch.get_num_threads() == 2

@@ -47,6 +47,7 @@ from mark.demo import load_digits_tensors
 from mark.ports import InstanceRole, InstanceState
 from mark.state import ArrivalWindow, open_store
 from provisioner.batching import PROFILE_BATCHES
+from tests.runners import source_runner
 
 REGION = "us-east-1"
 FUNCTION = "mark-spill"
@@ -103,9 +104,7 @@ async def cloud(aws_env: str, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     source = resolve_source(spec, tmp_path)  # builds the demo model once
     # The profile a user ships with the model spec (the format `mark profile` writes):
     # this machine's T_b, for the offering and the standby type. No guessed speed is used.
-    measured = ModelRunner(source).profile(
-        np.zeros(spec.input.shape, dtype=spec.input.dtype), PROFILE_BATCHES
-    )
+    measured = ModelRunner(spec.contract(source)).profile(PROFILE_BATCHES)
     profile = tmp_path / "digits-profile.json"
     profile.write_text(
         json.dumps(
@@ -133,7 +132,7 @@ async def cloud(aws_env: str, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
         aws_env,
         outputs["WorkerLaunchTemplateId"],
         port,
-        {spec.name: AgentModel(source, tuple(spec.input.shape), spec.input.dtype)},
+        {spec.name: AgentModel(spec.contract(source))},
     )
     await host.start()
     try:
@@ -239,7 +238,7 @@ async def test_the_aws_world_runs_the_whole_control_loop(
     host: Ec2Host = cloud["host"]
     x, _ = load_digits_tensors()
     images = x[:16].numpy()
-    expected = ModelRunner(cloud["source"]).run(images)
+    expected = source_runner(cloud["source"]).run(images)
 
     run = await start(settings)
     try:

@@ -12,7 +12,6 @@ import aiohttp
 import numpy as np
 import pytest
 
-from bouncer.runner import ModelRunner
 from bouncer.wire import SERVED_BY_HEADER
 from mark.catalog import Market
 from mark.config import Settings, load_settings
@@ -21,6 +20,7 @@ from mark.demo import load_digits_tensors
 from mark.ports import InstanceState, LaunchRequest
 from mark.serve.auth import create_key
 from tests.processes import left_behind
+from tests.runners import source_runner
 
 
 async def admin_key(run: Running) -> str:
@@ -80,7 +80,7 @@ async def test_burst_over_capacity_spills_to_lambda_and_loses_nothing(
         x, _ = load_digits_tensors()
         n = 300
         images = x[:n].numpy()
-        expected = ModelRunner(run.world.models["digits"].source).run(images)
+        expected = source_runner(run.world.models["digits"].source).run(images)
         who: list[str] = []
         key = {"Authorization": f"Bearer {await admin_key(run)}"}  # to see X-Mark-Served-By
         async with aiohttp.ClientSession(headers=key) as session:
@@ -177,7 +177,7 @@ async def test_spot_interruption_event_starts_the_standby_and_no_request_is_lost
 
         x, _ = load_digits_tensors()
         images = x[:64].numpy()
-        expected = ModelRunner(run.world.models["digits"].source).run(images)
+        expected = source_runner(run.world.models["digits"].source).run(images)
         results: list[tuple[int, list[float]]] = []
         stop_load = asyncio.Event()
 
@@ -308,7 +308,7 @@ async def test_a_retired_instance_waits_stopped_and_serves_again_when_the_load_r
 
         x, _ = load_digits_tensors()
         images = x[:32].numpy()
-        expected = ModelRunner(run.world.models["digits"].source).run(images)
+        expected = source_runner(run.world.models["digits"].source).run(images)
         answers: list[tuple[int, list[float], str]] = []
         done = asyncio.Event()
         key = {"Authorization": f"Bearer {await admin_key(run)}"}  # to see X-Mark-Served-By

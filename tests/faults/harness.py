@@ -83,6 +83,7 @@ from mark.state import open_store
 from mark.state.records import Decision
 from tests.e2e.test_local_world import admin_key
 from tests.processes import left_behind, live_children
+from tests.runners import source_runner
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "digits"
@@ -459,10 +460,9 @@ def moto_instances(region: str, cluster: str) -> dict[str, str]:
 
 
 async def _expected_outputs(source: str, bodies: list[Any]) -> np.ndarray[Any, Any]:
-    from bouncer.runner import ModelRunner
 
     rows = np.asarray(bodies, dtype=np.float32)
-    out: np.ndarray[Any, Any] = await asyncio.to_thread(ModelRunner(source).run, rows)
+    out: np.ndarray[Any, Any] = await asyncio.to_thread(source_runner(source).run, rows)
     return out.reshape(len(bodies), -1).astype(np.float64)
 
 

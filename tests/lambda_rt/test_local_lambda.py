@@ -135,9 +135,9 @@ async def test_handler_errors_come_back_as_explicit_errors(
         assert any("fixtures_model.py" in line for line in err.value.stack)
         with pytest.raises(SpillRejected, match=r"cannot run this batch \(shape \[1, 2\]\)"):
             await lam.invoke("mlp", [[1.0, 2.0]])
-        with pytest.raises(SpillRejected, match="has no source"):
+        with pytest.raises(SpillRejected, match="has no contract or source"):
             await lam.invoke("unconfigured", [[1.0]])
-        with pytest.raises(SpillRejected, match=r"expected a torch\.nn\.Module"):
+        with pytest.raises(SpillRejected, match=r"returned dict, not a torch\.nn\.Module"):
             await lam.invoke("junk", [[1.0]])
         x = _batches(1, seed=5)[0]
         _assert_matches(await lam.invoke("mlp", x), fixture_models.tiny_mlp().eval(), x)

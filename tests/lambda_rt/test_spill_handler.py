@@ -48,7 +48,8 @@ def test_factory_source_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 def test_empty_batch_is_a_warm_up_that_loads_the_model() -> None:
     reply = spill.handler({"model": "id", "instances": [], "source": "torch.nn:Flatten"}, None)
     assert reply == {"model": "id", "outputs": [], "cold_start": True}
-    assert spill.cached_model("torch.nn:Flatten")[1] is False
+    again = spill.handler({"model": "id", "instances": [], "source": "torch.nn:Flatten"}, None)
+    assert again["cold_start"] is False
 
 
 @pytest.mark.parametrize(
@@ -58,10 +59,13 @@ def test_empty_batch_is_a_warm_up_that_loads_the_model() -> None:
         ({"instances": [[1]]}, "'model' must be"),
         ({"model": "m", "instances": {"a": 1}}, "'instances' must be a JSON array"),
         ({"model": "m", "instances": [[1]], "dtype": "complex128"}, "'dtype' must be one of"),
-        ({"model": "m", "instances": [[1]]}, "has no source"),
+        ({"model": "m", "instances": [[1]]}, "has no contract or source"),
         ({"model": "m", "instances": [[1]], "source": "no_such_pkg_x:f"}, "cannot import"),
-        ({"model": "m", "instances": [[1]], "source": "torch.nn:NoSuchThing"}, "no callable"),
-        ({"model": "m", "instances": [[1]], "source": "builtins:dict"}, "expected a torch.nn"),
+        (
+            {"model": "m", "instances": [[1]], "source": "torch.nn:NoSuchThing"},
+            "has no factory 'NoSuchThing'",
+        ),
+        ({"model": "m", "instances": [[1]], "source": "builtins:dict"}, "builtins:dict"),
         ({"model": "m", "instances": [[1]], "source": "/no/such/model.pt"}, "does not exist"),
         ({"model": "m", "instances": [[1, 2], [3]], "source": "torch.nn:Identity"}, "rectangular"),
         ({"model": "m", "instances": [["a"]], "source": "torch.nn:Identity"}, "rectangular"),

@@ -178,7 +178,7 @@ def test_up_serves_real_predictions_and_stops_cleanly_on_ctrl_c(tmp_path: Path) 
             f"{url}/v2/models/digits/infer",
             {
                 "id": "r1",
-                "inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": flat}],
+                "inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": flat}],
             },
             key,
         )
@@ -305,6 +305,10 @@ def test_profile_times_real_inference_and_tunes_batching(tmp_path: Path) -> None
     assert set(prof["batch_latency_s"]) == {"1", "4"}
     assert all(t > 0 for t in prof["batch_latency_s"].values())
     assert prof["n_batch"] in (1, 4) and "batching: N_batch" in out.stdout
+    # The hardware it was measured on; off EC2 it is labelled "local", which rates no type.
+    assert prof["hardware"]["vcpus"] >= 1 and prof["hardware"]["cpu"]
+    if prof["instance_type"] == "local":
+        assert "rates no instance type" in out.stdout
     bad = run("profile", "--batches", "one,two")
     assert bad.returncode == 2 and "comma-separated integers" in bad.stderr
 

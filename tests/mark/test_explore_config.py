@@ -1,5 +1,6 @@
-"""`planner.explore_unprofiled`: off by default, listed by `mark config show`, validated
-with a message that names the setting, and carried into the control loop's config."""
+"""`planner.explore_unprofiled`: on by default (one exploring instance at a time), listed by
+`mark config show`, validated with a message that names the setting, and carried into the
+control loop's config."""
 
 from __future__ import annotations
 
@@ -15,16 +16,18 @@ from mark.errors import ConfigError
 from provisioner.explore_step import Candidate, ExploreConfig
 
 
-def test_off_by_default_and_shown() -> None:
+def test_on_by_default_and_shown() -> None:
     settings = load_settings()
     assert dump_settings(settings)["planner"] == {
-        "explore_unprofiled": {"max_concurrent": 0, "interval_s": 3600.0},
+        "explore_unprofiled": {"max_concurrent": 1, "interval_s": 3600.0},
         "pooled_capacity": "auto",
         "rise_miss_share": 0.75,
         "spill_capacity_target": True,
         "persisting_floor": True,
     }
-    assert explore_config(settings) == ExploreConfig(0, 3600.0)
+    assert explore_config(settings) == ExploreConfig(1, 3600.0)
+    off = load_settings(overrides={"planner": {"explore_unprofiled": {"max_concurrent": 0}}})
+    assert explore_config(off).max_concurrent == 0
 
 
 def test_set_and_carried_into_the_control_loop() -> None:

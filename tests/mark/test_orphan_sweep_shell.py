@@ -48,7 +48,13 @@ class StubbornFleet:
 
 
 async def test_a_refused_orphan_termination_is_reported_and_tried_again(tmp_path: Path) -> None:
-    settings = load_settings(overrides={"control": {"orphan_grace_s": 0}})
+    # No exploration: the configured model has no rated type, which would explore one.
+    settings = load_settings(
+        overrides={
+            "control": {"orphan_grace_s": 0},
+            "planner": {"explore_unprofiled": {"max_concurrent": 0}},
+        }
+    )
     fleet = StubbornFleet()
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
     try:

@@ -338,3 +338,42 @@ async def test_the_memory_store_keeps_api_keys_as_the_sql_store_does() -> None:
     assert await store.api_keys(active_only=True) == [] and len(await store.api_keys()) == 1
     with pytest.raises(StoreError):
         await store.revoke_api_key("b", 1.0)
+
+
+async def test_rollups_keep_http_requests_apart_from_rows_across_migration_0005(
+    db_url: str,
+) -> None:
+    """A minute written before 0005 reads back with ``http_requests`` unknown (None, not
+    a false 0); one written after keeps its request count beside its rows; 0005 goes
+    back down on both backends."""
+    from sqlalchemy import text
+
+    engine = make_engine(db_url)
+    try:
+        await migrate.upgrade(engine, "0004")
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO latency_rollups (model, minute_start, requests, p50_ms, p95_ms,"
+                    " p99_ms, slo_hits, slo_misses, spilled, errors)"
+                    " VALUES ('digits', 0.0, 2055, 1, 2, 3, 2055, 0, 0, 0)"
+                )
+            )
+        await migrate.upgrade(engine, "0005")
+        store = await open_store(db_url)
+        try:
+            new = LatencyRollup("digits", 60.0, 2055, 1, 2, 3, 2055, 0, http_requests=10)
+            await store.add_latency_rollup(new)
+            old, back = await store.latency_rollups("digits", 0.0, 1e9)
+            assert (old.requests, old.http_requests) == (2055, None)
+            assert (back.requests, back.http_requests) == (2055, 10)
+        finally:
+            await store.close()
+        await migrate.downgrade(engine, "0004")
+        async with engine.connect() as conn:
+            cols = await conn.run_sync(
+                lambda c: {col["name"] for col in inspect(c).get_columns("latency_rollups")}
+            )
+        assert "http_requests" not in cols and "requests" in cols
+    finally:
+        await engine.dispose()

@@ -1,5 +1,6 @@
-"""Exploring unprofiled offering types, by table: off by default, one launch at a time,
-bounded by the concurrency limit, the interval, the spend rails and the accelerator."""
+"""Exploring unprofiled offering types, by table: on by default (one at a time), off at 0,
+bounded by the concurrency limit, the interval (waived while nothing rated serves the model),
+the fleet bound, the spend rails and the accelerator."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ CANDIDATES = (
 PROFILED = frozenset({"c5.large"})
 CFG = StepConfig(step_s=60.0, tau_steps=1, boot_s=60.0, guard=GuardConfig(max_fleet=10))
 ON = ExploreConfig(max_concurrent=1, interval_s=600.0)
+OFF = ExploreConfig(max_concurrent=0)
 
 
 def member(iid: str, itype: str, role: str = "serving", **kw: object) -> Member:
@@ -48,10 +50,12 @@ class Case:
     retire: tuple[str, ...] = ()
     note: str | None = None
     """An action among the notes."""
+    unplannable: bool = False
 
 
 CASES = [
-    Case("off by default: nothing", explore=ExploreConfig()),
+    Case("on by default, one at a time", explore=ExploreConfig(), launch="m5.large"),
+    Case("0: off, nothing", explore=OFF),
     Case("on: the cheapest unprofiled type the model can use", launch="m5.large", note=None),
     Case(
         "every type profiled: nothing",
@@ -72,6 +76,17 @@ CASES = [
         state=ControlState({"m": ModelControl(explored_at=NOW - 100.0)}),
     ),
     Case(
+        "within the interval, but nothing rated serves the model: explored at once",
+        state=ControlState({"m": ModelControl(explored_at=NOW - 100.0)}),
+        unplannable=True,
+        launch="m5.large",
+    ),
+    Case(
+        "nothing rated serves the model, yet the limit still holds",
+        fleet=(member("x", "g4dn.xlarge", "explore", model="other"),),
+        unplannable=True,
+    ),
+    Case(
         "the interval is read from the fleet too (a restarted controller)",
         explore=ExploreConfig(max_concurrent=2, interval_s=600.0),
         fleet=(member("x", "m5.large", "explore", launched_at=NOW - 100.0),),
@@ -80,7 +95,7 @@ CASES = [
         "above the model's spend rail: nothing, and the rail is a decision",
         fleet=(member("a", "c5.large"),),
         limits=SpendLimits(per_model=0.15),
-        note="spend-rail",
+        note="explore-held",
     ),
     Case(
         "above the cluster's spend rail: nothing",
@@ -112,8 +127,9 @@ CASES = [
         launch="g4dn.xlarge",
     ),
     Case(
-        "the fleet bound holds",
+        "the fleet bound holds, and says so",
         fleet=tuple(member(f"s{k}", "c5.large") for k in range(10)),
+        note="explore-held",
     ),
     Case(
         "an exploring instance whose agent is ready is retired (and frees the limit)",
@@ -125,14 +141,14 @@ CASES = [
     ),
     Case(
         "retired once its type is rated, even with exploration off",
-        explore=ExploreConfig(),
+        explore=OFF,
         fleet=(member("x", "m5.large", "explore"),),
         profiled=PROFILED | {"m5.large"},
         retire=("x",),
     ),
     Case(
         "a booting exploring instance is kept",
-        explore=ExploreConfig(),
+        explore=OFF,
         fleet=(member("x", "m5.large", "explore"),),
     ),
 ]
@@ -143,7 +159,14 @@ def test_explore_step(case: Case) -> None:
     snap = Snapshot("m", NOW, (), 0.0, (C5,), case.fleet)
     cfg = replace(CFG, limits=case.limits)
     step = explore_step(
-        snap, case.state, cfg, case.explore, case.candidates, case.profiled, case.neuron
+        snap,
+        case.state,
+        cfg,
+        case.explore,
+        case.candidates,
+        case.profiled,
+        case.neuron,
+        unplannable=case.unplannable,
     )
     assert (step.launch.instance_type if step.launch else None) == case.launch
     assert (step.retire.instance_ids if step.retire else ()) == case.retire
@@ -166,3 +189,29 @@ def test_one_launch_per_step_and_then_the_limit_holds() -> None:
     later = replace(snap, now=NOW + 60.0, fleet=(booted,))
     again = explore_step(later, first.state, CFG, ON, CANDIDATES, PROFILED, False)
     assert again.launch is None and again.retire is None
+
+
+def test_awaiting_lists_each_usable_unrated_type_once_and_what_is_explored() -> None:
+    """What `mark plan --explain` and `mark status` show: cheapest first, one row per type
+    (markets merged), never a type the model cannot use, the launched one as explored."""
+    both = (*CANDIDATES, Candidate("m5.large", "spot", "cpu", 0.03))
+    snap = Snapshot("m", NOW, (), 0.0, (C5,), ())
+    step = explore_step(snap, ControlState(), CFG, ON, both, PROFILED, False)
+    assert step.launch is not None and step.launch.market == "spot"
+    assert step.awaiting == (("m5.large", True), ("g4dn.xlarge", False))
+    held = explore_step(
+        snap,
+        ControlState(),
+        replace(CFG, limits=SpendLimits(per_model=0.01)),
+        ON,
+        both,
+        PROFILED,
+        False,
+    )
+    assert held.launch is None and held.awaiting == (("m5.large", False), ("g4dn.xlarge", False))
+    (why,) = [n for n in held.notes if n.action == "explore-held"]
+    assert "spend rails" in why.reason and "mark profile --type m5.large" in why.reason
+    nothing = explore_step(
+        snap, ControlState(), CFG, OFF, both, {*PROFILED, "m5.large", "g4dn.xlarge"}, False
+    )
+    assert nothing.awaiting == ()

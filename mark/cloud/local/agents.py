@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from bouncer.agent_token import TOKEN_ENV, daemon_token, token_headers
+from bouncer.contract import ModelContract
 from bouncer.latency import BatchLatency
 from bouncer.parent_watch import ENV as PARENT_ENV
 from mark.catalog import Accelerator, Catalog
@@ -46,9 +47,13 @@ PAUSED = {InstanceState.STOPPING, InstanceState.STOPPED}
 
 @dataclass(frozen=True)
 class AgentModel:
-    source: str
-    input_shape: tuple[int, ...]
-    dtype: str
+    """The model an agent serves: its contract, the artifact a path on this machine."""
+
+    contract: ModelContract
+
+    @property
+    def source(self) -> str:
+        return self.contract.artifact
 
 
 @dataclass
@@ -162,7 +167,14 @@ class AgentSupervisor:
             url = f"http://127.0.0.1:{port}"
             latency = await _fetch_latency(url)
             self.procs[inst.instance_id] = AgentProcess(inst, proc, url, latency)
-            log.info("agent for %s (%s) at %s", inst.instance_id, inst.instance_type, url)
+            log.info(  # why it was launched: the control loop's line naming this id
+                "agent for %s (%s %s of %s) at %s",
+                inst.instance_id,
+                inst.instance_type,
+                inst.role.value,
+                inst.model,
+                url,
+            )
         finally:
             self._starting.discard(inst.instance_id)
 
@@ -206,12 +218,8 @@ async def spawn_agent(
         sys.executable,
         "-m",
         "bouncer.agent",
-        "--model-source",
-        model.source,
-        "--input-shape",
-        ",".join(map(str, model.input_shape)),
-        "--dtype",
-        model.dtype,
+        "--model-contract",
+        model.contract.to_json(),
         *args,
         cwd=cwd,
         stdout=asyncio.subprocess.PIPE if announce else asyncio.subprocess.DEVNULL,

@@ -18,7 +18,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 
@@ -56,8 +55,8 @@ def measure_profile(model: AgentModel) -> BatchLatency:
     """T_b of ``model`` on this machine (real inference, warm-up, lower quartile of runs)."""
     from bouncer.runner import ModelRunner  # torch: imported when a world starts, not before
 
-    runner = ModelRunner(model.source)
-    return runner.profile(np.zeros(model.input_shape, dtype=model.dtype), PROFILE_BATCHES)
+    runner = ModelRunner(model.contract)
+    return runner.profile(PROFILE_BATCHES)
 
 
 TEMPLATE = "mark-agent"
@@ -203,7 +202,7 @@ class LocalWorld:
             probe_timeout_s=self.probe_timeout_s,
         )
         self.serverless = LocalLambda(
-            {name: m.source for name, m in self.models.items()},
+            {name: m.contract for name, m in self.models.items()},
             env={**lambda_threads(self.lambda_concurrency), **self.lambda_env},
             max_concurrency=self.lambda_concurrency,
             memory_mb=self.lambda_memory_mb,

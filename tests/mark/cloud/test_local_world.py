@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bouncer.contract import legacy_contract
 from mark.catalog import load_catalog
 from mark.cloud.local.agents import AgentModel
 from mark.cloud.local.world import LocalWorld
@@ -22,7 +23,7 @@ class _Spill:
 
 async def test_every_local_lambda_runtime_is_warmed_for_every_model_at_start() -> None:
     """As the aws world warms its function: the first spills must not pay a torch import."""
-    model = AgentModel("m.pt", (1,), "float32")
+    model = AgentModel(legacy_contract("m", "m.pt", (1,), "float32"))
     world = LocalWorld(
         "us-east-1",
         load_catalog(),

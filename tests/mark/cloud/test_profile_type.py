@@ -27,6 +27,7 @@ import yaml
 from aiobotocore.session import get_session
 
 from bouncer.agent_token import TOKEN_ENV, daemon_token
+from bouncer.contract import legacy_contract
 from mark.cloud.local.agents import AgentModel
 from mark.cloud.standins.ec2_host import Ec2Host
 from mark.demo import save_torchscript
@@ -184,7 +185,7 @@ async def test_profile_type_measures_on_a_launched_instance_and_terminates_it(
         stack.endpoint,
         stack.template_id,
         stack.port,
-        {MODEL: AgentModel(stack.source, (4,), "float32")},
+        {MODEL: AgentModel(legacy_contract(MODEL, stack.source, (4,), "float32"))},
     )
     await host.start(every_s=0.3)
     try:

@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 import orjson
 
-from mark.config import InputSchema
+from bouncer.contract import TensorSpec
 from mark.serve.codec import BadRequest, Tensor, read_v1
 from mark.serve.endpoint import MAX_INSTANCES_PER_REQUEST, Parsing
 
-SCHEMA = InputSchema(shape=(1, 8, 8))
+SCHEMA = TensorSpec("input", "float32", (1, 8, 8))
 JUNK = orjson.dumps({"instances": [[0.123456789] * 1000] * 800})
 
 

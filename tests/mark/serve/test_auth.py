@@ -198,7 +198,9 @@ async def test_x_api_key_is_accepted_too(api: Api) -> None:
 async def test_who_served_a_request_is_told_to_admin_keys_only(api: Api) -> None:
     plain = await api.predict(token("inference"))
     assert plain.status == 200 and SERVED_BY_HEADER not in plain.headers
-    body = {"inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0] * 64}]}
+    body = {
+        "inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0] * 64}]
+    }
     v2 = await api.client.post(
         "/v2/models/digits/infer", json=body, headers=_headers(token("inference"), "Authorization")
     )

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
-from mark.config import InputSchema
+from bouncer.contract import TensorSpec
 from mark.serve.binary_tensors import decode, encode, split_body
 from mark.serve.codec import (
     BadRequest,
@@ -19,7 +19,7 @@ from mark.serve.codec import (
     split_v2,
 )
 
-S = InputSchema(shape=(2, 3), dtype="float32")
+S = TensorSpec("input", "float32", (2, 3))
 
 
 @pytest.mark.parametrize(
@@ -84,7 +84,7 @@ def _request(arr: np.ndarray[Any, Any], size: int | None = None, **extra: Any) -
     """A request body as tritonclient sends it with binary_data=True, and its header."""
     raw = arr.astype("<f4").tobytes()
     inp = {
-        "name": "x",
+        "name": "input",
         "shape": list(arr.shape),
         "datatype": "FP32",
         "parameters": {"binary_data_size": len(raw) if size is None else size},
@@ -142,7 +142,11 @@ def test_binary_input_mistakes(arr: np.ndarray[Any, Any], extra: Any, needle: st
 
 def test_bytes_after_a_json_only_request_are_refused() -> None:
     head = orjson.dumps(
-        {"inputs": [{"name": "x", "shape": [1, 2, 3], "datatype": "FP32", "data": list(range(6))}]}
+        {
+            "inputs": [
+                {"name": "input", "shape": [1, 2, 3], "datatype": "FP32", "data": list(range(6))}
+            ]
+        }
     )
     parsed, binary = split_v2(head + b"junk", str(len(head)))
     with pytest.raises(BadRequest, match="no input has a"):
@@ -187,7 +191,7 @@ def test_requested_output_mistakes(body: dict[str, Any], needle: str) -> None:
 
 def test_a_binary_response_is_json_then_raw_output() -> None:
     outs = [[0.1, 0.9], [0.8, 0.2]]
-    body, n = encode_v2_binary("m", outs, "req-1")
+    body, n = encode_v2_binary("m", outs, "req-1", TensorSpec("output", "float32", None))
     head = orjson.loads(body[:n])
     (o,) = head["outputs"]
     assert head["id"] == "req-1" and "data" not in o

@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mark.config import InputSchema
+from bouncer.contract import TensorSpec
 from mark.serve.codec import BadRequest, encode_v1, encode_v2, parse_json, parse_v1, parse_v2
 
-S = InputSchema(shape=(2, 3), dtype="float32")
+S = TensorSpec("input", "float32", (2, 3))
 ONE = [[0, 1, 2], [3, 4, 5]]
 
 
@@ -21,11 +21,13 @@ def test_v1_parses_instances_to_a_batch() -> None:
 
 def test_v2_parses_flat_data_with_its_shape() -> None:
     body = {
-        "inputs": [{"name": "x", "shape": [1, 2, 3], "datatype": "FP32", "data": list(range(6))}]
+        "inputs": [
+            {"name": "input", "shape": [1, 2, 3], "datatype": "FP32", "data": list(range(6))}
+        ]
     }
     t = parse_v2(body, S, max_batch=8)
-    assert t.array.tolist() == [ONE] and t.input_name == "x"
-    nested = {"inputs": [{"name": "x", "shape": [1, 2, 3], "datatype": "FP32", "data": [ONE]}]}
+    assert t.array.tolist() == [ONE] and t.input_name == "input"
+    nested = {"inputs": [{"name": "input", "shape": [1, 2, 3], "datatype": "FP32", "data": [ONE]}]}
     assert parse_v2(nested, S, 8).array.tolist() == [ONE]
 
 
@@ -50,7 +52,7 @@ def test_v1_mistakes(body: Any, status: int, needle: str) -> None:
 
 
 def _v2(**over: Any) -> dict[str, Any]:
-    inp = {"name": "x", "shape": [1, 2, 3], "datatype": "FP32", "data": list(range(6))}
+    inp = {"name": "input", "shape": [1, 2, 3], "datatype": "FP32", "data": list(range(6))}
     inp.update(over)
     return {"inputs": [inp]}
 
@@ -77,7 +79,7 @@ def test_v2_mistakes(body: Any, status: int, needle: str) -> None:
 
 
 def test_integer_models_refuse_fractions() -> None:
-    s = InputSchema(shape=(2,), dtype="int64")
+    s = TensorSpec("input", "int64", (2,))
     assert parse_v1({"instances": [[1.0, 2.0]]}, s, 4).array.dtype == np.int64
     with pytest.raises(BadRequest, match="integers"):
         parse_v1({"instances": [[1.5, 2.0]]}, s, 4)
@@ -92,9 +94,10 @@ def test_bad_json_is_400() -> None:
 
 def test_encoders_produce_each_protocols_shape() -> None:
     outs = [np.array([0.1, 0.9], dtype=np.float32), np.array([0.8, 0.2], dtype=np.float32)]
-    v1 = encode_v1(outs)
+    out = TensorSpec("output", "float32", None)
+    v1 = encode_v1(outs, out)
     assert np.allclose(v1["predictions"], [[0.1, 0.9], [0.8, 0.2]])
-    v2 = encode_v2("m", outs, "req-1")
+    v2 = encode_v2("m", outs, "req-1", out)
     assert v2["model_name"] == "m" and v2["id"] == "req-1"
     (o,) = v2["outputs"]
     assert o["shape"] == [2, 2] and o["datatype"] == "FP32" and len(o["data"]) == 4
@@ -103,6 +106,6 @@ def test_encoders_produce_each_protocols_shape() -> None:
 def test_values_outside_the_dtype_range_are_refused() -> None:
     with pytest.raises(BadRequest, match="outside the range of float32"):
         parse_v1({"instances": [[[1e300, 0, 0], [0, 0, 0]]]}, S, 4)
-    small = InputSchema(shape=(1,), dtype="uint8")
+    small = TensorSpec("input", "uint8", (1,))
     with pytest.raises(BadRequest, match="outside the range of uint8"):
         parse_v1({"instances": [[300]]}, small, 4)

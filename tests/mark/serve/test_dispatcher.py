@@ -19,11 +19,11 @@ from aiohttp.test_utils import TestServer
 from bouncer.agent import Agent
 from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
-from bouncer.runner import ModelRunner
 from mark.demo import save_torchscript
 from mark.ports import SpillResult
 from mark.serve.dispatcher import DECLINED, Backend, Dispatcher, Outcome
 from mark.serve.telemetry import Telemetry
+from tests.runners import SourceRunner, source_runner
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ class InProcessServerless:
     """The Serverless port served by the same model in this process (the e2e tests use
     the real awslambdaric runtime; here only the dispatcher's logic is under test)."""
 
-    def __init__(self, runner: ModelRunner) -> None:
+    def __init__(self, runner: SourceRunner) -> None:
         self.runner = runner
         self.calls: list[int] = []
 
@@ -58,7 +58,7 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 async def _agent(model_path: Path, t: float, slowdown: float = 1.0) -> tuple[Agent, TestServer]:
     agent = Agent(
-        runner=ModelRunner(str(model_path)),
+        runner=source_runner(str(model_path)),
         latency=BatchLatency.from_mapping({1: t, 8: t}),
         slowdown=slowdown,
     )
@@ -102,7 +102,7 @@ async def test_concurrent_requests_share_a_batch_up_to_n_batch(
     model_path: Path, session: aiohttp.ClientSession
 ) -> None:
     agent, server = await _agent(model_path, 0.01)
-    runner = ModelRunner(str(model_path))
+    runner = source_runner(str(model_path))
     d = _dispatcher(session, InProcessServerless(runner))
     d.set_backends([_backend(server, agent, n_batch=4, w_batch_s=0.2)])
     try:
@@ -136,7 +136,7 @@ async def test_a_lone_request_waits_at_most_w_batch(
 async def test_no_instances_means_everything_spills_with_correct_results(
     model_path: Path, session: aiohttp.ClientSession
 ) -> None:
-    runner = ModelRunner(str(model_path))
+    runner = source_runner(str(model_path))
     lam = InProcessServerless(runner)
     d = _dispatcher(session, lam)
     try:
@@ -155,7 +155,7 @@ async def test_overload_spills_what_the_bouncer_rejects_and_loses_nothing(
     # Each batch takes 0.2 s on the instance; with RT_max 0.3 s a queue of more
     # than one batch cannot finish in time, so the Bouncer must turn work away.
     agent, server = await _agent(model_path, 0.2)
-    runner = ModelRunner(str(model_path))
+    runner = source_runner(str(model_path))
     lam = InProcessServerless(runner)
     d = _dispatcher(session, lam, rt_max_s=0.3)
     d.set_backends([_backend(server, agent, n_batch=2, w_batch_s=0.0)])
@@ -180,7 +180,7 @@ async def test_a_dead_instance_is_routed_around_via_lambda(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    lam = InProcessServerless(ModelRunner(str(model_path)))
+    lam = InProcessServerless(source_runner(str(model_path)))
     d = _dispatcher(session, lam)
     d.set_backends([Backend("i-dead", "c5.large", dead, BatchLatency.from_mapping({1: 0.01}))])
     try:
@@ -235,7 +235,7 @@ async def test_batches_reuse_the_connection_to_an_agent(model_path: Path) -> Non
 
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_end.append(count)
-    lam = InProcessServerless(ModelRunner(str(model_path)))
+    lam = InProcessServerless(source_runner(str(model_path)))
     async with aiohttp.ClientSession(trace_configs=[trace]) as s:
         d = _dispatcher(s, lam)
         url = str(server.make_url("")).rstrip("/")
@@ -277,7 +277,7 @@ async def test_the_miss_budget_declines_what_would_spill_while_it_lasts(
 ) -> None:
     # No instance: all 100 requests would spill. SL_min 90 %, share 0.5: 5 of 100 may
     # be declined, each at once with the explicit error; the other 95 go to Lambda.
-    lam = InProcessServerless(ModelRunner(str(model_path)))
+    lam = InProcessServerless(source_runner(str(model_path)))
     d = _dispatcher(session, lam, budget=MissBudget(sl_min=0.9, share=0.5))
     try:
         outs = await _one_row_each(d, _rows(100))
@@ -295,7 +295,7 @@ async def test_the_miss_budget_declines_what_would_spill_while_it_lasts(
 async def test_a_share_of_zero_declines_nothing(
     model_path: Path, session: aiohttp.ClientSession
 ) -> None:
-    lam = InProcessServerless(ModelRunner(str(model_path)))
+    lam = InProcessServerless(source_runner(str(model_path)))
     d = _dispatcher(session, lam, budget=MissBudget(sl_min=0.9, share=0.0))
     try:
         outs = await _one_row_each(d, _rows(50))
@@ -309,7 +309,7 @@ async def test_a_request_of_several_rows_is_never_declined(
 ) -> None:
     # A declined row fails its whole request: the budget (5 of 100 here) is not spent on
     # one, and every row of it goes to Lambda.
-    lam = InProcessServerless(ModelRunner(str(model_path)))
+    lam = InProcessServerless(source_runner(str(model_path)))
     budget = MissBudget(sl_min=0.9, share=0.5)
     d = _dispatcher(session, lam, budget=budget)
     try:
@@ -336,7 +336,7 @@ async def test_late_spills_spend_the_budget_before_anything_more_is_declined(
             return await super().invoke(model, batch, dtype)
 
     budget = MissBudget(sl_min=0.9, share=1.0)
-    lam = LateServerless(ModelRunner(str(model_path)))
+    lam = LateServerless(source_runner(str(model_path)))
     d = _dispatcher(session, lam, budget=budget, clock=clock)
     try:
         first = await _one_row_each(d, _rows(10))
@@ -355,7 +355,7 @@ async def test_what_a_real_bouncer_rejects_is_declined_within_the_budget(
     # The agent's profile says a batch takes 5 s, past RT_max: its Bouncer rejects every
     # request. With SL_min 80 % and share 0.5, 2 of 20 are declined and 18 spill.
     agent, server = await _agent(model_path, 5.0)
-    lam = InProcessServerless(ModelRunner(str(model_path)))
+    lam = InProcessServerless(source_runner(str(model_path)))
     d = _dispatcher(session, lam, budget=MissBudget(sl_min=0.8, share=0.5))
     d.set_backends([_backend(server, agent)])
     try:
@@ -376,7 +376,7 @@ async def test_a_retired_instance_finishes_its_batch_and_gets_no_new_one(
     also across backend syncs that list the instance, or drop it and list it again;
     ``keep`` undoes it."""
     agent, server = await _agent(model_path, 0.05, slowdown=6.0)  # 0.3 s a batch
-    lam = InProcessServerless(ModelRunner(str(model_path)))
+    lam = InProcessServerless(source_runner(str(model_path)))
     d = _dispatcher(session, lam)
     d.set_backends([_backend(server, agent)])
     offered = asyncio.Event()

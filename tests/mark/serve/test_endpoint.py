@@ -59,7 +59,7 @@ async def test_v1_and_v2_predict(client: TestClient[Any, Any]) -> None:
     assert r.status == 200 and (await r.json())["predictions"] == [[0.0], [64.0]]
     assert r.headers[SERVED_BY_HEADER] == "lambda"  # no instances: the spill function
     body = {
-        "inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [2.0] * 64}]
+        "inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [2.0] * 64}]
     }
     r = await client.post("/v2/models/digits/infer", json=body)
     out = (await r.json())["outputs"][0]
@@ -97,6 +97,12 @@ async def test_metadata_health_metrics_and_openapi(client: TestClient[Any, Any])
     await client.post("/v1/models/digits:predict", json={"instances": [ZERO]})
     text = await (await client.get("/metrics")).text()
     assert 'mark_requests_total{model="digits",outcome="spilled"} 1' in text
+    r = await client.post("/v1/models/digits:predict", json={"instances": [ZERO] * 3})
+    assert r.status == 200
+    text = await (await client.get("/metrics")).text()
+    # Two calls, 4 rows: each counted under its own name.
+    assert 'mark_inference_requests_total{model="digits"} 2\n' in text
+    assert 'mark_rows_total{model="digits"} 4\n' in text
     doc = await (await client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.") and "/v1/models/digits:predict" in doc["paths"]
 

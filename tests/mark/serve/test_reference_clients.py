@@ -28,13 +28,13 @@ from tritonclient.utils import InferenceServerException
 
 from bouncer.agent import Agent
 from bouncer.latency import BatchLatency
-from bouncer.runner import ModelRunner
 from mark.config import load_settings
 from mark.demo import save_torchscript
 from mark.ports import SpillResult
 from mark.serve.auth import KeyCache, issue
 from mark.serve.dispatcher import Backend, Dispatcher
 from mark.serve.endpoint import Served, build_app
+from tests.runners import SourceRunner, source_runner
 
 SETTINGS = load_settings()
 SPEC = SETTINGS.models[0]  # "digits": FP32 instances of shape [1, 8, 8]
@@ -61,7 +61,7 @@ def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class InProcessServerless:
     """A spill function running the same model in this process."""
 
-    def __init__(self, runner: ModelRunner) -> None:
+    def __init__(self, runner: SourceRunner) -> None:
         self.runner = runner
 
     async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
@@ -73,7 +73,7 @@ class InProcessServerless:
 
 
 class Live:
-    def __init__(self, url: str, runner: ModelRunner) -> None:
+    def __init__(self, url: str, runner: SourceRunner) -> None:
         self.url = url  # host:port, as tritonclient takes it
         self.runner = runner
 
@@ -86,7 +86,7 @@ class Live:
 @pytest.fixture
 async def live(model_path: Path) -> AsyncIterator[Live]:
     """digits on one instance (no spill), spilled on the spill function only, idle on neither."""
-    runner = ModelRunner(str(model_path))
+    runner = source_runner(str(model_path))
     agent = Agent(runner=runner, latency=BatchLatency.from_mapping({1: 0.001, 8: 0.001}))
     agent_server = TestServer(agent.app())
     await agent_server.start_server()
@@ -130,7 +130,7 @@ def _batch(n: int, seed: int = 0) -> np.ndarray[Any, Any]:
     return np.random.default_rng(seed).random((n, 1, 8, 8), dtype=np.float32)
 
 
-def _same(got: np.ndarray[Any, Any], x: np.ndarray[Any, Any], runner: ModelRunner) -> None:
+def _same(got: np.ndarray[Any, Any], x: np.ndarray[Any, Any], runner: SourceRunner) -> None:
     """``got`` is the model's output for ``x``, up to float32 rounding: the dispatcher may
     batch the rows differently from one direct call, and kernels sum in another order."""
     want = runner.run(x)

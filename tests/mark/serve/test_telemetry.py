@@ -57,3 +57,20 @@ def test_spilled_outcomes_and_lambda_charges_are_handed_over_once() -> None:
     assert (got.total, got.within) == (3, 1)
     assert got.cost == pytest.approx(5e-5)
     assert tel.take_spills() == SpillCounts()
+
+
+def test_requests_and_rows_are_counted_apart() -> None:
+    """Ten calls of 16 instances are 10 requests and 160 rows, in the minute's roll-up
+    and in /metrics; the rows stay the load the planner sees (arrival windows)."""
+    t = Telemetry("m", rt_max_ms=100, sample_window_s=5)
+    for i in range(10):
+        t.arrival(1.0 + i, 16)
+        for _ in range(16):
+            t.outcome(1.0 + i, 0.01, ok=True, spilled=False)
+    windows, (r,) = t.drain(now=61.0)
+    assert sum(w.count for w in windows) == 160
+    assert (r.http_requests, r.requests) == (10, 160)
+    text = t.prometheus()
+    assert 'mark_inference_requests_total{model="m"} 10\n' in text
+    assert 'mark_rows_total{model="m"} 160\n' in text
+    assert 'mark_requests_total{model="m",outcome="served"} 160\n' in text  # rows, by outcome

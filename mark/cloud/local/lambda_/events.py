@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bouncer.contract import ModelContract
 from mark.cloud.local.lambda_.records import Done
 from mark.errors import PayloadTooLarge, SpillError, SpillRejected
 from mark.ports import SpillResult
@@ -14,12 +16,18 @@ PAYLOAD_LIMIT = 6 * 1024 * 1024  # synchronous invoke: request and response, as 
 
 
 def encode_event(
-    model: str, instances: list[Any], source: str | None, dtype: str = "float32"
+    model: str,
+    instances: list[Any],
+    source: str | ModelContract | None,
+    dtype: str = "float32",
 ) -> bytes:
     """The event ``lambda_handlers.spill`` reads: ``{"model", "instances", "dtype",
-    "source"?}``; the handler decodes the rows as ``dtype``, the model's input type."""
+    "contract"? | "source"?}``; the handler loads the model the contract describes (or
+    the bare source) and decodes the rows as its input's type."""
     event: dict[str, Any] = {"model": model, "instances": instances, "dtype": dtype}
-    if source is not None:
+    if isinstance(source, ModelContract):
+        event["contract"] = json.loads(source.to_json())
+    elif source is not None:
         event["source"] = source
     try:
         payload = json.dumps(event, separators=(",", ":")).encode()
@@ -49,9 +57,11 @@ def decode_reply(model: str, done: Done, memory_mb: int) -> SpillResult:
     return SpillResult(outputs, done.duration_ms, done.billed_ms, memory_mb, cold)
 
 
-def absolute_source(source: str) -> str:
-    """A TorchScript path made absolute, since the runtimes run in another directory."""
-    if ":" in source and not Path(source).exists():
+def absolute_source(source: str | ModelContract) -> str | ModelContract:
+    """A model's artifact path made absolute, since the runtimes run in another directory."""
+    if isinstance(source, ModelContract):
+        return replace(source, artifact=str(absolute_source(source.artifact)))
+    if (":" in source and not Path(source).exists()) or source.startswith("s3://"):
         return source  # pkg.mod:factory
     return str(Path(source).expanduser().resolve())
 

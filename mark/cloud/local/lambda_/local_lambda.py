@@ -11,6 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from bouncer.contract import ModelContract
 from mark.catalog import LambdaPrices, load_catalog
 from mark.cloud.local.lambda_.events import absolute_source, decode_reply, encode_event, plain
 from mark.cloud.local.lambda_.metering import LambdaMeter, LambdaUsage
@@ -29,14 +30,14 @@ ACCOUNT_ID = "123456789012"
 class LocalLambda:
     """The ``Serverless`` port of the local world: a pool of real awslambdaric runtimes.
 
-    ``models`` maps a model name to its source (TorchScript path or
-    ``pkg.mod:factory``); it is sent in each event so one function serves every
-    model, as the spill handler expects.
+    ``models`` maps a model name to its contract (or a bare source: a TorchScript
+    path or ``pkg.mod:factory``); it is sent in each event so one function serves
+    every model, as the spill handler expects.
     """
 
     def __init__(
         self,
-        models: Mapping[str, str] | None = None,
+        models: Mapping[str, str | ModelContract] | None = None,
         *,
         handler: str = DEFAULT_HANDLER,
         function_name: str = "mark-spill",
