@@ -71,10 +71,13 @@ from bouncer.wire import (
     BATCH_PATH,
     DTYPES,
     NDJSON_TYPE,
+    Batch,
+    batch_size,
     decode_batch,
     encode_error,
     encode_outputs,
     encode_verdict,
+    take,
 )
 
 log = logging.getLogger("mark.agent")
@@ -187,17 +190,21 @@ class Agent:
     def expected_latency(self, batch: int) -> float:
         return self.latency(batch) * self.slowdown
 
-    def infer(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """One batch of the model's input tensor through the runner: its output tensor."""
+    def infer(self, batch: Batch) -> Any:
+        """One batch through the runner. Named inputs give each row's outputs by name;
+        the one input's array (a caller of the original protocol) its one output's array."""
         contract = self.runner.contract
+        if isinstance(batch, dict):
+            out = self.runner.run(batch)
+            return [{n: a[i] for n, a in out.items()} for i in range(batch_size(batch))]
         outputs = self.runner.run({contract.inputs[0].name: batch})
         return outputs[contract.outputs[0].name]
 
-    def _run_timed(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    def _run_timed(self, batch: Batch) -> Any:
         t0 = self.timer()
         out = self.infer(batch)
         if self.slowdown > 1.0:  # emulate a slower instance type (local world only)
-            rest = self.expected_latency(len(batch)) - (self.timer() - t0)
+            rest = self.expected_latency(batch_size(batch)) - (self.timer() - t0)
             if rest > 0:
                 self.pause(rest)
         return out
@@ -214,7 +221,8 @@ class Agent:
 
     async def handle_batch(self, request: web.Request) -> web.StreamResponse:
         try:
-            batch, deadlines = decode_batch(await request.read())
+            dtypes = {t.name: t.dtype for t in self.runner.contract.inputs}
+            batch, deadlines = decode_batch(await request.read(), dtypes)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError too
             return web.json_response({"error": f"bad batch: {exc}"}, status=400)
 
@@ -238,7 +246,7 @@ class Agent:
             async with self._lock:  # one batch at a time, in arrival order
                 loop = asyncio.get_running_loop()
                 out = await loop.run_in_executor(
-                    self._executor, self._run_timed, batch[list(decision.admitted)]
+                    self._executor, self._run_timed, take(batch, decision.admitted)
                 )
             self.stats.served += decision.size
             self.stats.batches += 1

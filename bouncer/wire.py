@@ -28,7 +28,7 @@ client who answered: instance ids, or ``lambda``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -63,20 +63,48 @@ def encode_batch(instances: Any, dtype: str, deadlines: Sequence[float]) -> byte
     return dump_json({"instances": instances, "dtype": dtype, "deadlines": list(deadlines)})
 
 
-def decode_batch(raw: bytes) -> tuple[np.ndarray[Any, Any], list[float]]:
-    """A batch body as the agent reads it: the instances as one array, and their deadlines.
+Batch = np.ndarray[Any, Any] | dict[str, np.ndarray[Any, Any]]
+"""A batch as the agent runs it: the one input's array, or each named input's."""
+
+
+def batch_size(batch: Batch) -> int:
+    first = next(iter(batch.values())) if isinstance(batch, dict) else batch
+    return int(first.shape[0])
+
+
+def take(batch: Batch, rows: Sequence[int]) -> Batch:
+    """The batch's rows ``rows``, in that order."""
+    if isinstance(batch, dict):
+        return {name: a[list(rows)] for name, a in batch.items()}
+    return batch[list(rows)]
+
+
+def decode_batch(raw: bytes, dtypes: Mapping[str, str] | None = None) -> tuple[Batch, list[float]]:
+    """A batch body as the agent reads it: the instances as one array (or, when each is
+    an object by input name, one array per input, of ``dtypes[name]``), and their
+    deadlines.
 
     Raises ``ValueError``, ``KeyError``, ``TypeError`` or ``AttributeError`` on a bad body.
     """
     body = orjson.loads(raw)
     if not isinstance(body, dict):
         raise TypeError("the body must be a JSON object")
-    dtype = body.get("dtype", "float32")
-    if dtype not in DTYPES:
-        raise ValueError(f"unsupported dtype {dtype!r}")
-    batch = np.asarray(body["instances"], dtype=dtype)
+    instances = body["instances"]
     deadlines = [float(d) for d in body["deadlines"]]
-    if batch.ndim < 1 or len(deadlines) != batch.shape[0] or not deadlines:
+    batch: Batch
+    if isinstance(instances, list) and instances and isinstance(instances[0], dict):
+        names = list(dtypes) if dtypes is not None else list(instances[0])
+        batch = {
+            n: np.asarray([i[n] for i in instances], dtype=(dtypes or {}).get(n)) for n in names
+        }
+    else:
+        dtype = body.get("dtype", "float32")
+        if dtype not in DTYPES:
+            raise ValueError(f"unsupported dtype {dtype!r}")
+        batch = np.asarray(instances, dtype=dtype)
+        if batch.ndim < 1:
+            raise ValueError("the instances must be a list")
+    if not deadlines or len(deadlines) != batch_size(batch):
         raise ValueError("need one deadline per instance and at least one instance")
     return batch, deadlines
 

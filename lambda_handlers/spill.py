@@ -1,7 +1,9 @@
 """The spill function: what runs on AWS Lambda when an instance cannot finish a batch in time.
 
 Event: ``{"model": name, "instances": [...], "contract": optional, "source": optional,
-"dtype": optional}``. Reply: ``{"model": name, "outputs": [...], "cold_start": bool}``,
+"dtype": optional}``, each instance the one input's value or an object by input name.
+Reply: ``{"model": name, "outputs": [...], "cold_start": bool}``, each output the one
+output's value or an object by output name, as the instances came;
 or ``{"error": "..."}`` for anything the caller got wrong, because a client's mistake
 is a normal answer, not a Lambda function error (which would look like an outage in
 the metrics).
@@ -138,6 +140,8 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     if not instances:  # a warm-up ping: the model is loaded, nothing to run
         return {"model": name, "outputs": [], "cold_start": cold}
 
+    if isinstance(instances[0], dict):  # rows by input name: a model's several tensors
+        return _run_named(name, runner, contract, instances, cold)
     tensor_in = contract.inputs[0]
     try:
         with np.errstate(all="ignore"):
@@ -153,3 +157,26 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
         # in the model and propagates as a Lambda function error.
         return _error(f"model {name!r} cannot run this batch (shape {list(batch.shape)}): {exc}")
     return {"model": name, "outputs": out.tolist(), "cold_start": cold}
+
+
+def _run_named(
+    name: str, runner: ModelRunner, contract: ModelContract, rows: list[Any], cold: bool
+) -> dict[str, Any]:
+    """Rows that are objects by input name: each row's outputs, by output name."""
+    try:
+        batch = {
+            t.name: np.asarray([r[t.name] for r in rows], dtype=t.dtype) for t in contract.inputs
+        }
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        names = [t.name for t in contract.inputs]
+        return _error(f"each instance must hold the inputs {names} as arrays: {exc}")
+    try:
+        out = runner.run(batch)
+    except ContractError as exc:
+        return _error(str(exc))
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        shapes = {n: list(a.shape) for n, a in batch.items()}
+        return _error(f"model {name!r} cannot run this batch (shapes {shapes}): {exc}")
+    listed = {n: a.tolist() for n, a in out.items()}
+    outputs = [{n: v[i] for n, v in listed.items()} for i in range(len(rows))]
+    return {"model": name, "outputs": outputs, "cold_start": cold}

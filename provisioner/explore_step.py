@@ -14,10 +14,11 @@ boot deadline (``provisioner.health_step``), which avoids its offering for a whi
 
 Bounds: at most ``max_concurrent`` exploring instances in the cluster at once,
 at least ``interval_s`` between two explorations of a model (waived while the
-model has nothing it can be planned on: it is all on Lambda until one type is
-measured), never a type whose accelerator the model cannot use, never an
-avoided offering, never past the fleet bound or the spend rails (a held
-exploration is a decision, ``explore-held``). Pure: no I/O, no clock, no await.
+model has nothing it can be planned on, all of it on Lambda until one type is
+measured, unless an offering failed lately), never a type whose accelerator the
+model cannot use, never an avoided offering, never past the fleet bound or the
+spend rails (a held exploration is a decision, ``explore-held``). Pure: no I/O,
+no clock, no await.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def explore_step(
     or emulated). ``snap`` holds the fleet after this step's launches and retirements,
     with each instance's state as its agent says (``ready`` once it reported).
     ``unplannable``: no rated offering can serve the model (all of it spills), so the
-    interval does not hold it back; the other bounds do.
+    interval does not hold it back unless an offering is avoided; the other bounds do.
     """
     now = snap.now
     exploring = [m for m in snap.mine() if m.live and m.role == EXPLORE_ROLE]
@@ -112,9 +113,11 @@ def explore_step(
     mine_live = sum(1 for m in snap.mine() if m.live and m.instance_id not in gone)
     # The fleet remembers the last exploration too, for a restarted controller.
     last = max([control.explored_at, *(m.launched_at for m in exploring)])
-    if in_cluster >= explore.max_concurrent or (
-        not unplannable and now < last + explore.interval_s
-    ):
+    # The interval is waived for a model nothing serves, unless an offering it could
+    # explore is avoided now (one failed lately): a model that never gets ready then
+    # costs one exploring instance's boot deadline an interval, not a fleet's time.
+    hurry = unplannable and not _any_avoided(snap, state, candidates)
+    if in_cluster >= explore.max_concurrent or (not hurry and now < last + explore.interval_s):
         return held
     pick = _cheapest_unprofiled(
         snap, state, candidates, profiled, has_neuron_artifact, {m.instance_type for m in exploring}
@@ -134,7 +137,7 @@ def explore_step(
     if allowed.get(key, 0) < 1:
         notes.append(_held(pick, "one more instance would pass the spend rails (budget.*)"))
         return replace(held, notes=tuple(notes))
-    wait = "none: nothing rated serves the model" if unplannable else f"{explore.interval_s:g} s"
+    wait = "none: nothing rated serves the model" if hurry else f"{explore.interval_s:g} s"
     why = (
         f"no profile rates {pick.instance_type} for {snap.model}: one instance measures it "
         f"(${pick.price_per_hour:.4f}/h; {in_cluster + 1} of at most {explore.max_concurrent} "
@@ -144,6 +147,15 @@ def explore_step(
     state = state.with_model(snap.model, replace(control, explored_at=now))
     awaiting = _awaiting(candidates, profiled, has_neuron_artifact, {*still, pick.instance_type})
     return ExploreStep(launch, retire, tuple(notes), state, awaiting)
+
+
+def _any_avoided(snap: Snapshot, state: ControlState, candidates: Sequence[Candidate]) -> bool:
+    """Whether an offering among ``candidates`` is avoided now (out of capacity, an
+    instance that never got ready, a spot reclaim)."""
+    return any(
+        state.avoid.avoid_until.get((c.instance_type, c.market), float("-inf")) > snap.now
+        for c in candidates
+    )
 
 
 def _held(pick: Candidate, why: str) -> Note:

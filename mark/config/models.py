@@ -185,11 +185,6 @@ class ModelSpec(_Strict):
             names = [t.name for t in tensors]
             if len(set(names)) != len(names):
                 raise ValueError(f"{kind} repeat a name: {names}")
-            if len(tensors) != 1:
-                raise ValueError(
-                    f"the model declares {len(tensors)} {kind} ({', '.join(names)}); mark "
-                    f"serves a model with one input and one output tensor so far"
-                )
         if any(t.shape is None for t in inputs):
             raise ValueError("every input needs a shape (-1 for a variable dimension)")
         object.__setattr__(self, "inputs", inputs)
@@ -204,6 +199,14 @@ class ModelSpec(_Strict):
     def loader(self) -> Format:
         """The format (the name earlier versions used)."""
         return self.model_format
+
+    @property
+    def input_specs(self) -> tuple[TensorSpec, ...]:
+        return tuple(t.spec() for t in self.inputs)
+
+    @property
+    def output_specs(self) -> tuple[TensorSpec, ...]:
+        return tuple(t.spec() for t in self.outputs)
 
     @property
     def input_tensor(self) -> TensorSpec:

@@ -258,7 +258,8 @@ class ExploreSpec(_Strict):
         default=3600.0,
         gt=0,
         description="at least this long between two explorations of a model; waived while "
-        "no rated offering can serve it (a new model explores at its first step)",
+        "no rated offering can serve it and none of its offerings failed lately (a new "
+        "model explores at its first step)",
     )
 
 

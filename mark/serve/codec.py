@@ -51,16 +51,34 @@ class BadRequest(Exception):
         return BadRequest, (self.status, self.message)
 
 
+Specs = TensorSpec | Sequence[TensorSpec]
+"""A model's inputs (or outputs): one spec, or several."""
+
+
+def _specs(specs: Specs) -> tuple[TensorSpec, ...]:
+    return (specs,) if isinstance(specs, TensorSpec) else tuple(specs)
+
+
 @dataclass(frozen=True)
 class Tensor:
-    """A validated batch: ``array.shape == (n, *schema.shape)``."""
+    """A validated request: each input's array, all with the same first dimension ``n``.
 
-    array: np.ndarray[Any, Any]
-    input_name: str | None = None  # V2 input name, echoed in errors
+    ``columnar``: a V1 request in the columnar form (``{"inputs": ...}``), answered in
+    the same form (``{"outputs": ...}``)."""
+
+    arrays: dict[str, np.ndarray[Any, Any]]
+    input_name: str | None = None  # the first V2 input's name, echoed in errors
+    columnar: bool = False
 
     @property
     def n(self) -> int:
-        return int(self.array.shape[0])
+        return int(next(iter(self.arrays.values())).shape[0])
+
+    @property
+    def array(self) -> np.ndarray[Any, Any]:
+        """The one input's array (a model with one input)."""
+        (only,) = self.arrays.values()
+        return only
 
 
 def parse_json(body: bytes) -> Any:
@@ -85,31 +103,37 @@ def split_v2(body: bytes, header_length: str | None) -> tuple[Any, bytes]:
 
 @dataclass(frozen=True)
 class V2Request:
-    """A V2 request parsed: its input, whether it wants binary output, and its id."""
+    """A V2 request parsed: its inputs, the outputs it wants (name: as binary data?),
+    and its id."""
 
     tensor: Tensor
-    binary_output: bool
+    outputs: dict[str, bool]
     request_id: str | None
 
+    @property
+    def binary_output(self) -> bool:
+        """Whether any output goes back as binary data (the response is then binary)."""
+        return any(self.outputs.values())
 
-def read_v1(body: bytes, schema: TensorSpec, max_batch: int) -> Tensor:
-    """A V1 request body, bytes to validated tensor (one call, so it can run elsewhere)."""
-    return parse_v1(parse_json(body), schema, max_batch)
+
+def read_v1(body: bytes, inputs: Specs, max_batch: int) -> Tensor:
+    """A V1 request body, bytes to validated tensors (one call, so it can run elsewhere)."""
+    return parse_v1(parse_json(body), inputs, max_batch)
 
 
 def read_v2(
     body: bytes,
     header_length: str | None,
-    schema: TensorSpec,
+    inputs: Specs,
     max_batch: int,
-    output: str = "output",
+    outputs: Specs = TensorSpec("output", "float32", None),
 ) -> V2Request:
-    """A V2 request body, bytes to validated tensor and output wishes (one call, so it can
-    run elsewhere)."""
+    """A V2 request body, bytes to validated tensors and output wishes (one call, so it
+    can run elsewhere)."""
     obj, binary = split_v2(body, header_length)
-    tensor = parse_v2(obj, schema, max_batch, binary)
+    tensor = parse_v2(obj, inputs, max_batch, binary)
     request_id = obj.get("id") if isinstance(obj.get("id"), str) else None
-    return V2Request(tensor, parse_v2_outputs(obj, output), request_id)
+    return V2Request(tensor, parse_v2_outputs(obj, outputs), request_id)
 
 
 def _parameters(obj: Mapping[str, Any], what: str) -> Mapping[str, Any]:
@@ -162,171 +186,272 @@ def _check_shape(arr: np.ndarray[Any, Any], schema: TensorSpec, what: str) -> No
         )
 
 
-def parse_v1(body: Any, schema: TensorSpec, max_batch: int) -> Tensor:
+def _v1_batch(data: Any, spec: TensorSpec, what: str, max_batch: int) -> np.ndarray[Any, Any]:
+    if not isinstance(data, list):
+        raise BadRequest(400, f"{what} must be a list (one entry per instance)")
+    if len(data) > max_batch:
+        raise BadRequest(413, f"{len(data)} instances in one request; the limit is {max_batch}")
+    arr = _to_array(data, spec, what)
+    _check_shape(arr, spec, what)
+    return arr
+
+
+def _same_n(arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+    sizes = {name: int(a.shape[0]) for name, a in arrays.items()}
+    if len(set(sizes.values())) > 1:
+        raise BadRequest(400, f"the inputs disagree on the batch size: {sizes}")
+
+
+def parse_v1(body: Any, inputs: Specs, max_batch: int) -> Tensor:
+    """TF-Serving's predict request, in its row form (``{"instances": [...]}``, each
+    instance an object by input name when the model has several) or its columnar form
+    (``{"inputs": {name: [...]}}``, or the one input's list)."""
+    specs = _specs(inputs)
     if not isinstance(body, Mapping):
         raise BadRequest(400, 'body must be a JSON object like {"instances": [...]}')
-    if "instances" not in body:
-        raise BadRequest(400, 'missing field "instances"')
+    if "instances" not in body and "inputs" not in body:
+        raise BadRequest(400, 'missing field "instances" (rows), or "inputs" (columns)')
+    if "instances" in body and "inputs" in body:
+        raise BadRequest(400, 'give "instances" (rows) or "inputs" (columns), not both')
+    if "inputs" in body:
+        columns = body["inputs"]
+        if not isinstance(columns, Mapping):
+            if len(specs) != 1:
+                raise BadRequest(400, '"inputs" must be an object by input name')
+            columns = {specs[0].name: columns}
+        _names(columns, specs)
+        arrays = {
+            t.name: _v1_batch(columns[t.name], t, f'"inputs.{t.name}"', max_batch) for t in specs
+        }
+        _same_n(arrays)
+        return Tensor(arrays, columnar=True)
     instances = body["instances"]
     if not isinstance(instances, list):
         raise BadRequest(400, '"instances" must be a list')
+    if len(specs) == 1:
+        return Tensor({specs[0].name: _v1_batch(instances, specs[0], '"instances"', max_batch)})
     if len(instances) > max_batch:
         raise BadRequest(
             413, f"{len(instances)} instances in one request; the limit is {max_batch}"
         )
-    arr = _to_array(instances, schema, '"instances"')
-    _check_shape(arr, schema, '"instances"')
-    return Tensor(arr)
+    if not instances or not all(isinstance(i, Mapping) for i in instances):
+        names = ", ".join(t.name for t in specs)
+        raise BadRequest(400, f"each instance must be an object with the inputs {names}")
+    for i in instances:
+        _names(i, specs)
+    arrays = {
+        t.name: _v1_batch([i[t.name] for i in instances], t, f'"instances[].{t.name}"', max_batch)
+        for t in specs
+    }
+    return Tensor(arrays)
 
 
-def parse_v2(body: Any, schema: TensorSpec, max_batch: int, binary: bytes = b"") -> Tensor:
-    """The input tensor of a V2 request; ``binary`` is the data after its JSON object."""
+def _names(given: Mapping[str, Any], specs: Sequence[TensorSpec]) -> None:
+    want = [t.name for t in specs]
+    missing = [n for n in want if n not in given]
+    unknown = [n for n in given if n not in want]
+    if missing or unknown:
+        raise BadRequest(
+            400,
+            f"the model takes the inputs {want}"
+            + (f"; missing {missing}" if missing else "")
+            + (f"; unknown {unknown}" if unknown else ""),
+        )
+
+
+def parse_v2(body: Any, inputs: Specs, max_batch: int, binary: bytes = b"") -> Tensor:
+    """The input tensors of a V2 request, every one the model takes, by name; ``binary``
+    is the data after its JSON object (the binary inputs' bytes, in the inputs' order)."""
+    specs = _specs(inputs)
+    by_name = {t.name: t for t in specs}
     if not isinstance(body, Mapping):
         raise BadRequest(400, 'body must be a JSON object like {"inputs": [...]}')
-    inputs = body.get("inputs")
-    if not isinstance(inputs, list) or not inputs:
+    given = body.get("inputs")
+    if not isinstance(given, list) or not given:
         raise BadRequest(400, 'missing or empty field "inputs"')
-    if len(inputs) != 1:
-        raise BadRequest(400, f"the model takes exactly 1 input tensor, got {len(inputs)}")
-    inp = inputs[0]
-    if not isinstance(inp, Mapping):
-        raise BadRequest(400, "each input must be an object with name, shape, datatype, data")
-    for key in ("name", "shape", "datatype"):
-        if key not in inp:
-            raise BadRequest(400, f'input is missing field "{key}"')
-    name, shape, datatype = inp["name"], inp["shape"], inp["datatype"]
-    if not isinstance(name, str):
-        raise BadRequest(400, '"name" must be a string')
-    if name != schema.name:
-        raise BadRequest(400, f"unknown input {name!r}; the model takes {schema.name!r}")
-    what = f'input "{name}"'
-    params = _parameters(inp, what)
-    size = params.get("binary_data_size")
-    if size is None and "data" not in inp:
-        raise BadRequest(400, 'input is missing field "data"')
-    if size is not None and "data" in inp:
-        raise BadRequest(400, f'{what} has both "data" and a "binary_data_size": send one')
-    if (
-        not isinstance(shape, list)
-        or not shape
-        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
-    ):
-        raise BadRequest(400, '"shape" must be a non-empty list of non-negative integers')
-    expected_type = V2_TYPES[schema.dtype]
-    if datatype != expected_type:
-        raise BadRequest(400, f'"datatype" is {datatype!r}; the model takes {expected_type!r}')
-    if shape[0] > max_batch:
-        raise BadRequest(413, f"batch of {shape[0]} in one request; the limit is {max_batch}")
-    if not schema.fits(tuple(shape[1:])):
+    if len(given) > len(specs):
+        raise BadRequest(400, f"the model takes {len(specs)} input tensor(s), got {len(given)}")
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    offset = 0
+    first: str | None = None
+    for inp in given:
+        if not isinstance(inp, Mapping):
+            raise BadRequest(400, "each input must be an object with name, shape, datatype, data")
+        for key in ("name", "shape", "datatype"):
+            if key not in inp:
+                raise BadRequest(400, f'input is missing field "{key}"')
+        name, shape, datatype = inp["name"], inp["shape"], inp["datatype"]
+        if not isinstance(name, str):
+            raise BadRequest(400, '"name" must be a string')
+        schema = by_name.get(name) if isinstance(name, str) else None
+        if schema is None:
+            raise BadRequest(400, f"unknown input {name!r}; the model takes {list(by_name)}")
+        what = f'input "{name}"'
+        params = _parameters(inp, what)
+        size = params.get("binary_data_size")
+        if size is None and "data" not in inp:
+            raise BadRequest(400, 'input is missing field "data"')
+        if size is not None and "data" in inp:
+            raise BadRequest(400, f'{what} has both "data" and a "binary_data_size": send one')
+        if (
+            not isinstance(shape, list)
+            or not shape
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+        ):
+            raise BadRequest(400, '"shape" must be a non-empty list of non-negative integers')
+        expected_type = V2_TYPES[schema.dtype]
+        if datatype != expected_type:
+            raise BadRequest(400, f'"datatype" is {datatype!r}; the model takes {expected_type!r}')
+        if shape[0] > max_batch:
+            raise BadRequest(413, f"batch of {shape[0]} in one request; the limit is {max_batch}")
+        if not schema.fits(tuple(shape[1:])):
+            raise BadRequest(
+                400, f'"shape" {shape} does not match the model input {schema.batch_shape()}'
+            )
+        count = math.prod(shape)
+        if size is None:
+            arr = _to_array(inp["data"], schema, f"{what} data")
+            if arr.size != count:
+                raise BadRequest(400, f"{what} has {arr.size} values; shape {shape} needs {count}")
+        else:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise BadRequest(400, f'"binary_data_size" of {what} must be a byte count')
+            if size > len(binary) - offset:
+                raise BadRequest(
+                    400,
+                    f'{what} has "binary_data_size" {size}, but {len(binary) - offset} bytes '
+                    "follow the JSON object (is the Inference-Header-Content-Length header right?)",
+                )
+            raw = binary[offset : offset + size]
+            offset += size
+            try:
+                flat = binary_tensors.decode(datatype, raw, count)
+            except ValueError as exc:
+                raise BadRequest(400, f"{what}: {exc}") from None
+            arr = _to_array(flat, schema, f"{what} data")
+        arr = arr.reshape(shape)
+        _check_shape(arr, schema, what)
+        if name in arrays:
+            raise BadRequest(400, f"input {name!r} is given twice")
+        arrays[name] = arr
+        first = first if first is not None else name
+    if offset != len(binary):
         raise BadRequest(
-            400, f'"shape" {shape} does not match the model input {schema.batch_shape()}'
+            400,
+            f"{len(binary) - offset} bytes follow the JSON object that no input's "
+            '"binary_data_size" accounts for',
         )
-    count = math.prod(shape)
-    if size is None:
-        if binary:
-            raise BadRequest(
-                400,
-                f"{len(binary)} bytes follow the JSON object, "
-                'but no input has a "binary_data_size" parameter',
-            )
-        arr = _to_array(inp["data"], schema, f"{what} data")
-        if arr.size != count:
-            raise BadRequest(400, f"{what} has {arr.size} values; shape {shape} needs {count}")
-    else:
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise BadRequest(400, f'"binary_data_size" of {what} must be a byte count')
-        if size != len(binary):
-            raise BadRequest(
-                400,
-                f'{what} has "binary_data_size" {size}, but {len(binary)} bytes follow the '
-                "JSON object (is the Inference-Header-Content-Length header right?)",
-            )
-        try:
-            flat = binary_tensors.decode(datatype, binary, count)
-        except ValueError as exc:
-            raise BadRequest(400, f"{what}: {exc}") from None
-        arr = _to_array(flat, schema, f"{what} data")
-    arr = arr.reshape(shape)
-    _check_shape(arr, schema, what)
-    return Tensor(arr, input_name=name)
+    _names(arrays, specs)
+    _same_n(arrays)
+    return Tensor({t.name: arrays[t.name] for t in specs}, input_name=first)
 
 
-def parse_v2_outputs(body: Mapping[str, Any], output: str = "output") -> bool:
-    """Whether a V2 request (already parsed by ``parse_v2``) wants its output as binary data.
-
-    ``"outputs"``, if sent, may only name the model's output; a requested output's
-    ``"binary_data"`` overrides the request's ``"binary_data_output"`` (default false).
-    """
+def parse_v2_outputs(body: Mapping[str, Any], outputs: Specs) -> dict[str, bool]:
+    """The outputs a V2 request wants (all the model's unless it names some), each with
+    whether it goes back as binary data: a requested output's ``"binary_data"``, else
+    the request's ``"binary_data_output"`` (default false)."""
+    specs = _specs(outputs)
     binary = _parameters(body, "the request").get("binary_data_output", False)
     if not isinstance(binary, bool):
         raise BadRequest(400, '"binary_data_output" must be true or false')
-    outputs = body.get("outputs")
-    if outputs is None:
-        return binary
-    if not isinstance(outputs, list):
-        raise BadRequest(400, f'"outputs" must be a list of objects like {{"name": "{output}"}}')
-    wanted = binary
-    for out in outputs:
+    requested = body.get("outputs")
+    if requested is None:
+        return {t.name: binary for t in specs}
+    names = [t.name for t in specs]
+    if not isinstance(requested, list):
+        raise BadRequest(400, f'"outputs" must be a list of objects like {{"name": "{names[0]}"}}')
+    wanted: dict[str, bool] = {}
+    for out in requested:
         if not isinstance(out, Mapping) or not isinstance(out.get("name"), str):
             raise BadRequest(400, 'each requested output must be an object with a "name"')
-        if out["name"] != output:
-            raise BadRequest(400, f"unknown output {out['name']!r}; the model has one, {output!r}")
-        params = _parameters(out, f'output "{output}"')
+        name = out["name"]
+        if name not in names:
+            raise BadRequest(400, f"unknown output {name!r}; the model's outputs are {names}")
+        params = _parameters(out, f'output "{name}"')
         if "classification" in params:
             raise BadRequest(400, "the classification extension is not supported")
-        wanted = params.get("binary_data", binary)
-        if not isinstance(wanted, bool):
+        flag = params.get("binary_data", binary)
+        if not isinstance(flag, bool):
             raise BadRequest(400, '"binary_data" must be true or false')
-    return wanted
+        wanted[name] = flag
+    return wanted or {t.name: binary for t in specs}
 
 
 def output_array(outputs: Sequence[Any], spec: TensorSpec) -> np.ndarray[Any, Any]:
-    """The rows' outputs as one array of the declared type. Outputs cross JSON (from an
-    agent, from Lambda) as decimal text of any precision; cast to the model's type, every
-    answer prints the same number whoever served it. An undeclared output (a model
-    configured without a manifest) keeps integers and takes floats as float32, the type
-    such models compute in."""
+    """The rows' values of one output as one array of the declared type. Outputs cross
+    JSON (from an agent, from Lambda) as decimal text of any precision; cast to the
+    model's type, every answer prints the same number whoever served it. An undeclared
+    output (a model configured without a manifest) keeps integers and takes floats as
+    float32, the type such models compute in."""
     arr = np.asarray(outputs)
     want = spec.dtype if spec.shape is not None else "float32" if arr.dtype.kind == "f" else None
     with np.errstate(over="ignore", invalid="ignore"):  # out of range: inf, as the model's
         return arr.astype(want, copy=False) if want is not None else arr
 
 
-def encode_v1(outputs: Sequence[Any], spec: TensorSpec) -> dict[str, Any]:
-    return {"predictions": output_array(outputs, spec)}
+def output_arrays(rows: Sequence[Any], outputs: Specs) -> dict[str, np.ndarray[Any, Any]]:
+    """Each output's array from the rows' outputs: each row a mapping by output name, or
+    (a model with one output) that output's value."""
+    return {
+        t.name: output_array([r[t.name] if isinstance(r, Mapping) else r for r in rows], t)
+        for t in _specs(outputs)
+    }
+
+
+def encode_v1(rows: Sequence[Any], outputs: Specs, columnar: bool = False) -> dict[str, Any]:
+    """TF-Serving's answer: ``{"predictions": [...]}`` for rows (each row an object by
+    output name when the model has several), ``{"outputs": ...}`` for a columnar request."""
+    specs = _specs(outputs)
+    arrays = output_arrays(rows, specs)
+    if columnar:
+        return {"outputs": arrays if len(specs) > 1 else arrays[specs[0].name]}
+    if len(specs) == 1:
+        return {"predictions": arrays[specs[0].name]}
+    return {"predictions": [{n: a[i] for n, a in arrays.items()} for i in range(len(rows))]}
 
 
 def encode_v2(
-    model: str, outputs: Sequence[Any], request_id: str | None, spec: TensorSpec
+    model: str,
+    rows: Sequence[Any],
+    request_id: str | None,
+    outputs: Specs,
+    wanted: Mapping[str, bool] | None = None,
 ) -> dict[str, Any]:
-    arr = output_array(outputs, spec)
-    body: dict[str, Any] = {
-        "model_name": model,
-        "outputs": [
+    """The V2 response with every wanted output's data inline."""
+    specs = [t for t in _specs(outputs) if wanted is None or t.name in wanted]
+    body: dict[str, Any] = {"model_name": model, "outputs": []}
+    for t, arr in zip(specs, output_arrays(rows, specs).values(), strict=True):
+        body["outputs"].append(
             {
-                "name": spec.name,
+                "name": t.name,
                 "shape": list(arr.shape),
-                "datatype": V2_TYPES[spec.dtype],
+                "datatype": V2_TYPES.get(str(arr.dtype), "FP32"),
                 "data": arr.ravel(),
             }
-        ],
-    }
+        )
     if request_id is not None:
         body["id"] = request_id
     return body
 
 
 def encode_v2_binary(
-    model: str, outputs: Sequence[Any], request_id: str | None, spec: TensorSpec
+    model: str,
+    rows: Sequence[Any],
+    request_id: str | None,
+    outputs: Specs,
+    wanted: Mapping[str, bool] | None = None,
 ) -> tuple[bytes, int]:
-    """The V2 response with the output as binary data, and the length of its JSON object.
+    """The V2 response with the outputs wanted as binary data after the JSON object (in
+    the order listed), the rest inline, and the length of that object.
 
-    The body is the JSON object, then the output's bytes; the length goes in the
-    ``Inference-Header-Content-Length`` header.
+    The length goes in the ``Inference-Header-Content-Length`` header.
     """
-    body = encode_v2(model, outputs, request_id, spec)
-    (out,) = body["outputs"]
-    raw = binary_tensors.encode(out.pop("data"), out["datatype"])
-    out["parameters"] = {"binary_data_size": len(raw)}
+    body = encode_v2(model, rows, request_id, outputs, wanted)
+    raw: list[bytes] = []
+    for out in body["outputs"]:
+        if wanted is None or wanted.get(out["name"], True):
+            data = binary_tensors.encode(out.pop("data"), out["datatype"])
+            out["parameters"] = {"binary_data_size": len(data)}
+            raw.append(data)
     head = dump_json(body)
-    return head + raw, len(head)
+    return head + b"".join(raw), len(head)

@@ -56,7 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,11 +167,26 @@ class _Group:
         self.done = done
 
 
+Row = np.ndarray[Any, Any] | dict[str, np.ndarray[Any, Any]]
+"""One request's instance: the one input's, or each named input's."""
+
+
+def _shape(row: Row) -> tuple[Any, ...]:
+    """What a batch's rows must share: each input's instance shape."""
+    if isinstance(row, dict):
+        return tuple(a.shape for a in row.values())
+    return tuple(row.shape)
+
+
+def _plain(row: Row) -> Any:
+    return {n: a.tolist() for n, a in row.items()} if isinstance(row, dict) else row.tolist()
+
+
 class _Request:
     __slots__ = ("arrival", "deadline", "group", "index", "row", "spilled")
 
     def __init__(
-        self, row: np.ndarray[Any, Any], arrival: float, deadline: float, group: _Group, index: int
+        self, row: Row, arrival: float, deadline: float, group: _Group, index: int
     ) -> None:
         self.row = row
         self.arrival = arrival
@@ -341,8 +356,14 @@ class Dispatcher:
 
     # -- request path ----------------------------------------------------
 
-    async def submit(self, rows: np.ndarray[Any, Any], *, spill_now: bool = False) -> list[Outcome]:
-        """Queue each row as a request; wait for every one to end.
+    async def submit(
+        self,
+        rows: np.ndarray[Any, Any] | Mapping[str, np.ndarray[Any, Any]],
+        *,
+        spill_now: bool = False,
+    ) -> list[Outcome]:
+        """Queue each row as a request; wait for every one to end. ``rows``: the one
+        input's array, or each named input's (rows batch, spill and come back by name).
 
         The caller waits on one future for the whole group, not one per row: a
         client that disconnects cancels only that wait, and its requests still
@@ -353,9 +374,14 @@ class Dispatcher:
         """
         now = self.clock()
         loop = asyncio.get_running_loop()
-        n = rows.shape[0]
+        if isinstance(rows, Mapping):
+            n = int(next(iter(rows.values())).shape[0])
+            each: list[Row] = [{k: a[i] for k, a in rows.items()} for i in range(n)]
+        else:
+            n = rows.shape[0]
+            each = [rows[i] for i in range(n)]
         group = _Group(n, loop.create_future())
-        reqs = [_Request(rows[i], now, now + self.rt_max_s, group, i) for i in range(n)]
+        reqs = [_Request(each[i], now, now + self.rt_max_s, group, i) for i in range(n)]
         if self.telemetry is not None and not spill_now:
             self.telemetry.arrival(now, n)
         if self.budget is not None and not spill_now:
@@ -425,7 +451,7 @@ class Dispatcher:
     def _joins(self, batch: list[_Request], r: _Request) -> bool:
         """Whether ``r`` joins the batch (its shape is the batch's); else it is held for
         the next one. A model's rows differ in shape only along a variable dimension."""
-        if r.row.shape == batch[0].row.shape:
+        if _shape(r.row) == _shape(batch[0].row):
             batch.append(r)
             return True
         self._held = r
@@ -538,8 +564,10 @@ class Dispatcher:
         """The exchange with the agent; however it ends, every request is answered or spilled."""
         batch = flight.batch
         try:
+            rows = [r.row for r in batch]
+            arrays = [r for r in rows if not isinstance(r, dict)]
             body = encode_batch(
-                np.stack([r.row for r in batch]),
+                np.stack(arrays) if len(arrays) == len(rows) else rows,
                 self.dtype,
                 [r.deadline - flight.backend.allowance_s for r in batch],
             )
@@ -641,7 +669,7 @@ class Dispatcher:
         deadline = asyncio.timeout(self.spill_timeout_s)
         try:
             async with deadline:
-                rows = [r.row.tolist() for r in chunk]
+                rows = [_plain(r.row) for r in chunk]
                 result = await serverless.invoke(self.model, rows, dtype=self.dtype)
             outputs = list(result.outputs)
             if len(outputs) != len(chunk):

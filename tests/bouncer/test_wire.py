@@ -36,6 +36,7 @@ def test_the_agent_protocol_round_trips() -> None:
 
     rows = np.arange(6, dtype=np.float32).reshape(3, 2)
     batch, deadlines = decode_batch(encode_batch(rows, "float32", [1.0, 2.0, 3.0]))
+    assert isinstance(batch, np.ndarray)
     assert batch.dtype == np.float32 and np.array_equal(batch, rows) and deadlines == [1, 2, 3]
     for bad in (b"[]", b'{"instances": [[1]], "deadlines": [1, 2]}', b'{"instances": [1]}'):
         with pytest.raises((ValueError, KeyError, TypeError)):
@@ -45,3 +46,9 @@ def test_the_agent_protocol_round_trips() -> None:
     assert decode_result(encode_outputs(rows[:2])) == ([[0.0, 1.0], [2.0, 3.0]], None)
     assert decode_result(encode_error("boom")) == (None, "boom")
     assert SERVED_BY_HEADER == "X-Mark-Served-By"  # clients read it: a public name
+    named = [{"ids": np.array([1, 2]), "w": np.array([0.5])}, {"ids": [3, 4], "w": [1.5]}]
+    batch, _ = decode_batch(
+        encode_batch(named, "float32", [1.0, 2.0]), {"ids": "int64", "w": "float16"}
+    )
+    assert isinstance(batch, dict) and batch["ids"].dtype == np.int64
+    assert batch["w"].dtype == np.float16 and batch["ids"].tolist() == [[1, 2], [3, 4]]

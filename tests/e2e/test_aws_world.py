@@ -407,3 +407,45 @@ async def test_the_aws_world_runs_the_whole_control_loop(
         assert stats["Datapoints"] and max(p["Maximum"] for p in stats["Datapoints"]) > 0
     # The instances outlive the daemon (a restart adopts them); the host stops their agents.
     assert len(host.child_pids()) >= 1
+
+
+@pytest.mark.slow
+async def test_a_model_with_no_profile_is_profiled_by_mark_and_served(
+    cloud: dict[str, Any], tmp_path: Path
+) -> None:
+    """No profile ships with the model and none is stored, default planner settings: the
+    first step explores c5.large (every request spills meanwhile), the explorer's real agent
+    reports its profile, which is stored as measured, and a step after it buys c5.large."""
+    shipped = _settings(cloud, tmp_path)
+    spec = shipped.models[0].model_copy(update={"profile": None})
+    offerings = shipped.offerings.model_copy(
+        update={"types": ("c5.large",), "markets": (Market.ON_DEMAND,), "standby_types": ()}
+    )
+    settings = shipped.model_copy(update={"models": (spec,), "offerings": offerings})
+    await _seed_load(settings, rate=5.0)
+    run = await start(settings)
+    try:
+        fleet = run.world.fleet
+        assert fleet is not None
+
+        async def explored() -> bool:
+            return any(i.role is InstanceRole.EXPLORE for i in await fleet.list())
+
+        await _until("an explorer was launched", explored)
+        (first,) = await run.store.plans("digits", limit=1)
+        assert [d.instance_type for d in first.decisions if d.action == "explore"] == ["c5.large"]
+
+        async def served_by_c5() -> bool:
+            return any(
+                i.role is InstanceRole.SERVING and i.instance_type == "c5.large"
+                for i in await fleet.list()
+            )
+
+        await _until("a serving c5.large was bought", served_by_c5, within=60)
+        stored = await run.store.profiles("digits")
+        assert [(p.instance_type, p.source) for p in stored] == [("c5.large", "measured")]
+        decisions = await run.store.decisions(0, 1e12)
+        assert any(d.action == "explore-done" for d in decisions)
+        assert not any(d.action in ("spend-rail", "explore-held") for d in decisions)
+    finally:
+        await stop(run)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 from lambda_handlers import spill
+from tests.model_zoo import two_io_contract, two_io_onnx, two_io_reference
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:`torch.jit.script` is deprecated:DeprecationWarning"
@@ -90,3 +93,21 @@ def test_a_file_that_is_not_torchscript_is_an_error_reply(tmp_path: Path) -> Non
     bad.write_bytes(b"not a model")
     reply = spill.handler({"model": "m", "instances": [[1]], "source": str(bad)}, None)
     assert "not a TorchScript file" in reply["error"]
+
+
+def test_a_contract_in_the_event_runs_named_rows_and_answers_by_name(tmp_path: Path) -> None:
+    """A model with several tensors (the ONNX one, a variable sequence length): rows are
+    objects by input name, outputs objects by output name, cast to the declared types."""
+    contract = two_io_contract("onnx", two_io_onnx(tmp_path / "two_io.onnx"))
+    rng = np.random.default_rng(1)
+    tokens = rng.random((2, 4, 8), dtype=np.float32)
+    scale = rng.random((2, 1), dtype=np.float32)
+    rows = [{"tokens": tokens[i].tolist(), "scale": scale[i].tolist()} for i in range(2)]
+    event = {"model": "two_io", "instances": rows, "contract": json.loads(contract.to_json())}
+    reply = spill.handler(event, None)
+    want = two_io_reference(tokens, scale)
+    for i, out in enumerate(reply["outputs"]):
+        assert set(out) == {"pooled", "norm"}
+        np.testing.assert_allclose(out["pooled"], want["pooled"][i], rtol=1e-6)
+    bad = spill.handler({**event, "instances": [{"tokens": rows[0]["tokens"]}]}, None)
+    assert "must hold the inputs ['tokens', 'scale']" in bad["error"]

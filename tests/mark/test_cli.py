@@ -120,7 +120,7 @@ def test_db_upgrade_migrates_a_postgres_database_by_url(pg_url: str) -> None:
     up = run("--set", f"database_url={pg_url}", "db", "upgrade")
     assert up.returncode == 0, up.stderr
     after = run("--set", f"database_url={pg_url}", "db", "current")
-    assert "database: 0004; code expects: 0004" in after.stdout
+    assert "database: 0005; code expects: 0005" in after.stdout
 
 
 def _free_port() -> int:
@@ -178,7 +178,9 @@ def test_up_serves_real_predictions_and_stops_cleanly_on_ctrl_c(tmp_path: Path) 
             f"{url}/v2/models/digits/infer",
             {
                 "id": "r1",
-                "inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": flat}],
+                "inputs": [
+                    {"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": flat}
+                ],
             },
             key,
         )

@@ -125,15 +125,21 @@ def test_a_good_onnx_model_directory_passes(tmp_path: Path) -> None:
     assert "1 model(s) loaded and run" in out.stdout
 
 
-def test_two_tensors_each_way_are_refused_with_why(tmp_path: Path) -> None:
+def test_a_model_of_two_tensors_each_way_passes_and_a_wrong_name_does_not(
+    tmp_path: Path,
+) -> None:
     two_io_onnx(tmp_path / "models" / "m" / "model.onnx")
     tensors = {
         "inputs": [
             {"name": "tokens", "dtype": "float32", "shape": [-1, 8]},
             {"name": "scale", "dtype": "float32", "shape": [1]},
         ],
-        "outputs": [{"name": "pooled", "dtype": "float32", "shape": [8]}],
+        "outputs": [{"name": "pooled", "shape": [8]}, {"name": "norm", "shape": [1]}],
     }
     _model_dir(tmp_path, {"format": "onnx", **tensors, "slo": SLO})
+    assert _check(tmp_path).returncode == 0
+    tensors["inputs"][1]["name"] = "weight"
+    _model_dir(tmp_path, {"format": "onnx", **tensors, "slo": SLO})
     out = _check(tmp_path)
-    assert out.returncode != 0 and "one input and one output" in " ".join(out.stderr.split())
+    err = " ".join(out.stderr.split())
+    assert out.returncode == 1 and "model 'm'" in err and "'weight'" in err and "'scale'" in err

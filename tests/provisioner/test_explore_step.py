@@ -82,6 +82,14 @@ CASES = [
         launch="m5.large",
     ),
     Case(
+        "nothing rated serves the model, but an offering failed lately: the interval holds",
+        state=ControlState(
+            {"m": ModelControl(explored_at=NOW - 100.0)},
+            avoid=InterruptionMemory({("m5.large", "on-demand"): NOW + 60.0}),
+        ),
+        unplannable=True,
+    ),
+    Case(
         "nothing rated serves the model, yet the limit still holds",
         fleet=(member("x", "g4dn.xlarge", "explore", model="other"),),
         unplannable=True,

@@ -20,6 +20,7 @@ from mark.serve.codec import (
 )
 
 S = TensorSpec("input", "float32", (2, 3))
+OUT = TensorSpec("output", "float32", None)
 
 
 @pytest.mark.parametrize(
@@ -107,7 +108,7 @@ def test_a_binary_request_parses_to_the_same_tensor_as_json() -> None:
     ("mutate", "needle"),
     [
         (lambda b, h: (b[:-4], h), '"binary_data_size" 24, but 20 bytes follow'),  # truncated
-        (lambda b, h: (b + b"\x00", h), "but 25 bytes follow"),
+        (lambda b, h: (b + b"\x00", h), "1 bytes follow the JSON object that no input"),
         (lambda b, h: (b, str(int(h) + 100)), "the body has only"),
         (lambda b, h: (b, None), "not valid JSON"),  # binary data without the header
         (lambda b, h: (b, str(int(h) - 1)), "not valid JSON"),
@@ -149,7 +150,7 @@ def test_bytes_after_a_json_only_request_are_refused() -> None:
         }
     )
     parsed, binary = split_v2(head + b"junk", str(len(head)))
-    with pytest.raises(BadRequest, match="no input has a"):
+    with pytest.raises(BadRequest, match="that no input's"):
         parse_v2(parsed, S, 8, binary)
 
 
@@ -171,7 +172,7 @@ def test_bytes_after_a_json_only_request_are_refused() -> None:
     ],
 )
 def test_which_outputs_come_back_binary(body: dict[str, Any], binary: bool) -> None:
-    assert parse_v2_outputs(body) is binary
+    assert parse_v2_outputs(body, OUT) == {"output": binary}
 
 
 @pytest.mark.parametrize(
@@ -186,7 +187,7 @@ def test_which_outputs_come_back_binary(body: dict[str, Any], binary: bool) -> N
 )
 def test_requested_output_mistakes(body: dict[str, Any], needle: str) -> None:
     with pytest.raises(BadRequest, match=needle):
-        parse_v2_outputs(body)
+        parse_v2_outputs(body, OUT)
 
 
 def test_a_binary_response_is_json_then_raw_output() -> None:
@@ -202,3 +203,44 @@ def test_a_binary_response_is_json_then_raw_output() -> None:
         "parameters": {"binary_data_size": 16},
     }
     assert np.array_equal(decode("FP32", body[n:], 4), np.asarray(outs, dtype=np.float32).ravel())
+
+
+def test_several_binary_inputs_read_their_bytes_in_order_and_outputs_choose_binary() -> None:
+    specs = (TensorSpec("a", "float32", (2,)), TensorSpec("b", "int64", (-1,)))
+    a = np.array([[1.5, 2.5]], dtype=np.float32)
+    b = np.array([[7, 8, 9]], dtype=np.int64)
+    a_bin: dict[str, Any] = {
+        "name": "a",
+        "shape": [1, 2],
+        "datatype": "FP32",
+        "parameters": {"binary_data_size": 8},
+    }
+    head = {
+        "inputs": [
+            a_bin,
+            {"name": "b", "shape": [1, 3], "datatype": "INT64", "data": [7, 8, 9]},
+        ]
+    }
+    t = parse_v2(head, specs, 8, a.tobytes())
+    assert t.arrays["a"].tolist() == a.tolist() and t.arrays["b"].tolist() == b.tolist()
+    both = {
+        "inputs": [
+            a_bin,
+            {
+                "name": "b",
+                "shape": [1, 3],
+                "datatype": "INT64",
+                "parameters": {"binary_data_size": 24},
+            },
+        ]
+    }
+    t = parse_v2(both, specs, 8, a.tobytes() + b.tobytes())
+    assert t.arrays["b"].tolist() == [[7, 8, 9]]
+    outs = (TensorSpec("x", "float32", (2,)), TensorSpec("y", "int64", ()))
+    rows = [{"x": [0.5, 1.0], "y": 3}]
+    body, n = encode_v2_binary("m", rows, None, outs, {"x": True, "y": False})
+    obj = orjson.loads(body[:n])
+    x, y = obj["outputs"]
+    assert x["parameters"] == {"binary_data_size": 8} and "data" not in x
+    assert y["data"] == [3] and "parameters" not in y
+    assert np.frombuffer(body[n:], dtype="<f4").tolist() == [0.5, 1.0]

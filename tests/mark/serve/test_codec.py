@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from bouncer.contract import TensorSpec
+from bouncer.wire import dump_json
 from mark.serve.codec import BadRequest, encode_v1, encode_v2, parse_json, parse_v1, parse_v2
 
 S = TensorSpec("input", "float32", (2, 3))
@@ -69,7 +72,7 @@ def _v2(**over: Any) -> dict[str, Any]:
         (_v2(data=list(range(5))), 400, "has 5 values; shape [1, 2, 3] needs 6"),
         (_v2(shape=[9, 2, 3], data=list(range(54))), 413, "limit is 8"),
         (_v2(shape=[0, 2, 3], data=[]), 400, "empty"),
-        ({"inputs": [_v2()["inputs"][0]] * 2}, 400, "exactly 1 input"),
+        ({"inputs": [_v2()["inputs"][0]] * 2}, 400, "takes 1 input tensor(s), got 2"),
     ],
 )
 def test_v2_mistakes(body: Any, status: int, needle: str) -> None:
@@ -109,3 +112,76 @@ def test_values_outside_the_dtype_range_are_refused() -> None:
     small = TensorSpec("input", "uint8", (1,))
     with pytest.raises(BadRequest, match="outside the range of uint8"):
         parse_v1({"instances": [[300]]}, small, 4)
+
+
+TWO = (TensorSpec("tokens", "float32", (-1, 2)), TensorSpec("mask", "int64", (-1,)))
+
+
+def test_v1_takes_several_inputs_as_rows_or_columns() -> None:
+    rows = {"instances": [{"tokens": [[1, 2], [3, 4], [5, 6]], "mask": [1, 1, 0]}]}
+    t = parse_v1(rows, TWO, max_batch=8)
+    assert t.arrays["tokens"].shape == (1, 3, 2) and t.arrays["mask"].dtype == np.int64
+    assert not t.columnar
+    cols = {"inputs": {"tokens": [[[1, 2]], [[3, 4]]], "mask": [[1], [0]]}}
+    t = parse_v1(cols, TWO, max_batch=8)
+    assert t.n == 2 and t.columnar and t.arrays["mask"].tolist() == [[1], [0]]
+    one = parse_v1({"inputs": [[ONE[0], ONE[1]]]}, S, max_batch=8)  # one input: its list
+    assert one.columnar and one.array.shape == (1, 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"instances": [{"tokens": [[1, 2]]}]}, "missing ['mask']"),
+        ({"instances": [{"tokens": [[1, 2]], "mask": [1], "x": 1}]}, "unknown ['x']"),
+        ({"instances": [[1, 2]]}, "each instance must be an object"),
+        ({"inputs": {"tokens": [[[1, 2]]], "mask": [[1], [1]]}}, "disagree on the batch size"),
+        ({"inputs": [[[1, 2]]]}, "must be an object by input name"),
+        ({"instances": [], "inputs": {}}, "not both"),
+    ],
+)
+def test_v1_several_inputs_mistakes(body: dict[str, Any], says: str) -> None:
+    with pytest.raises(BadRequest, match=re.escape(says)):
+        parse_v1(body, TWO, max_batch=8)
+
+
+def test_v2_takes_every_named_input_with_a_variable_dimension() -> None:
+    body = {
+        "inputs": [
+            {"name": "mask", "shape": [2, 3], "datatype": "INT64", "data": [1, 1, 0, 1, 0, 0]},
+            {"name": "tokens", "shape": [2, 3, 2], "datatype": "FP32", "data": list(range(12))},
+        ]
+    }
+    t = parse_v2(body, TWO, max_batch=8)
+    assert list(t.arrays) == ["tokens", "mask"]  # the model's order, whatever the request's
+    assert t.arrays["tokens"].shape == (2, 3, 2) and t.input_name == "mask"
+    short = {"inputs": [body["inputs"][1]]}
+    with pytest.raises(BadRequest, match=re.escape("missing ['mask']")):
+        parse_v2(short, TWO, max_batch=8)
+    bad = {"inputs": [{**body["inputs"][0], "shape": [2, 3, 1], "data": [1] * 6}]}
+    with pytest.raises(BadRequest, match="does not match the model input"):
+        parse_v2({"inputs": [body["inputs"][1], *bad["inputs"]]}, TWO, max_batch=8)
+
+
+def test_several_outputs_encode_by_name_in_each_protocol() -> None:
+    outs = (TensorSpec("label", "int64", ()), TensorSpec("scores", "float32", (2,)))
+    rows = [{"label": 1, "scores": [0.25, 0.75]}, {"label": 0, "scores": [0.5, 0.5]}]
+    v1 = orjson.loads(dump_json(encode_v1(rows, outs)))
+    assert v1 == {
+        "predictions": [{"label": 1, "scores": [0.25, 0.75]}, {"label": 0, "scores": [0.5, 0.5]}]
+    }
+    cols = orjson.loads(dump_json(encode_v1(rows, outs, columnar=True)))
+    assert cols == {"outputs": {"label": [1, 0], "scores": [[0.25, 0.75], [0.5, 0.5]]}}
+    v2 = encode_v2("m", rows, None, outs, {"scores": False})
+    (only,) = v2["outputs"]
+    assert only["name"] == "scores" and only["shape"] == [2, 2] and only["datatype"] == "FP32"
+
+
+def test_an_output_prints_the_same_whoever_served_it() -> None:
+    """Lambda's outputs cross JSON as float64 text, an instance's as float32: the declared
+    type makes both print alike."""
+    out = TensorSpec("output", "float32", (1,))
+    from_lambda = [[0.6297266483306885]]
+    from_instance = [np.array([0.62972665], dtype=np.float32)]
+    assert dump_json(encode_v1(from_lambda, out)) == dump_json(encode_v1(from_instance, out))
+    assert dump_json(encode_v1(from_lambda, out)) == b'{"predictions":[[0.62972665]]}'

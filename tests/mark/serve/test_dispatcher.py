@@ -19,10 +19,12 @@ from aiohttp.test_utils import TestServer
 from bouncer.agent import Agent
 from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
+from bouncer.runner import ModelRunner
 from mark.demo import save_torchscript
 from mark.ports import SpillResult
 from mark.serve.dispatcher import DECLINED, Backend, Dispatcher, Outcome
 from mark.serve.telemetry import Telemetry
+from tests.model_zoo import two_io_contract, two_io_onnx, two_io_reference
 from tests.runners import SourceRunner, source_runner
 
 
@@ -411,3 +413,34 @@ async def test_a_retired_instance_finishes_its_batch_and_gets_no_new_one(
     finally:
         await d.close()
         await server.close()
+
+
+async def test_rows_batch_only_with_rows_of_their_shape(
+    session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """Named inputs with a variable sequence length: requests queued together batch by
+    shape (the first of another shape starts the next batch), and each gets its outputs."""
+    contract = two_io_contract("onnx", two_io_onnx(tmp_path / "two_io.onnx"))
+    agent = Agent(
+        runner=ModelRunner(contract), latency=BatchLatency.from_mapping({1: 0.001, 8: 0.001})
+    )
+    server = TestServer(agent.app())
+    await server.start_server()
+    d = _dispatcher(session, None)
+    d.set_backends([_backend(server, agent, n_batch=8, w_batch_s=0.2)])
+    rng = np.random.default_rng(0)
+    requests = [
+        {"tokens": rng.random((1, seq, 8), dtype=np.float32), "scale": np.ones((1, 1), np.float32)}
+        for seq in (2, 2, 5, 5, 2)
+    ]
+    try:
+        answers = await asyncio.gather(*(d.submit(r) for r in requests))
+    finally:
+        await d.close()
+        await server.close()
+    for req, (outcome,) in zip(requests, answers, strict=True):
+        assert outcome.ok and outcome.output is not None, outcome.error
+        want = two_io_reference(req["tokens"], req["scale"])
+        for name in ("pooled", "norm"):
+            np.testing.assert_allclose(outcome.output[name], want[name][0], rtol=1e-5)
+    assert agent.stats.batches == 3  # [2, 2], [5, 5], [2]: in arrival order

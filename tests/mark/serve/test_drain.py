@@ -30,7 +30,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from bouncer.latency import BatchLatency
-from bouncer.wire import BATCH_PATH, NDJSON_TYPE, decode_batch, encode_outputs, encode_verdict
+from bouncer.wire import (
+    BATCH_PATH,
+    NDJSON_TYPE,
+    batch_size,
+    decode_batch,
+    encode_outputs,
+    encode_verdict,
+)
 from mark import daemon
 from mark.catalog import Catalog, Market
 from mark.config import Settings, load_settings
@@ -160,7 +167,7 @@ class AgentServer:
 
     async def _batch(self, request: web.Request) -> web.StreamResponse:
         rows, _ = decode_batch(await request.read())
-        n = rows.shape[0]
+        n = batch_size(rows)
         self.rows += n
         resp = web.StreamResponse(headers={"Content-Type": NDJSON_TYPE})
         await resp.prepare(request)
