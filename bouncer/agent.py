@@ -171,8 +171,9 @@ class Agent:
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner")
     )
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    example: np.ndarray[Any, Any] | None = None
-    """One instance of the model's input: the liveness probe's inference."""
+    example: np.ndarray[Any, Any] | dict[str, np.ndarray[Any, Any]] | None = None
+    """The liveness probe's inference: one instance of the one input (no batch dimension),
+    or a batch of one of every named input."""
     probe_timeout_s: float = 5.0
     token: str | None = None
     """The frontend's token every request must carry; None checks nothing (agents built
@@ -289,7 +290,9 @@ class Agent:
             return web.json_response({"live": False, "reason": why}, status=503)
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
-        self._probe = loop.run_in_executor(self._executor, self.infer, self.example[None])
+        # One instance of the one input, or a batch of one of every named input.
+        probe = self.example if isinstance(self.example, dict) else self.example[None]
+        self._probe = loop.run_in_executor(self._executor, self.infer, probe)
         try:
             await asyncio.wait_for(asyncio.shield(self._probe), self.probe_timeout_s)
         except TimeoutError:
@@ -348,7 +351,7 @@ def build_agent(
     runner = ModelRunner(contract, choice=choice, warm=True)  # the first call is the slowest
     if latency is None:
         latency = runner.profile()
-    example = contract.example(1)[contract.inputs[0].name][0]
+    example = contract.example(1)
     return Agent(runner=runner, latency=latency, slowdown=slowdown, example=example)
 
 
@@ -385,10 +388,38 @@ async def _serve(agent: Agent, host: str, port: int) -> None:
     await runner.cleanup()
 
 
+def repository_contract(repository: str, model: str, version: str | None) -> ModelContract:
+    """The contract of ``model`` in a model repository, its files on this machine (from S3:
+    fetched under ``$MARK_DATA_DIR/models``). The manifest is read as the controller
+    reads it (``mark.config``), so both agree on every tensor."""
+    import tempfile
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from mark.config import ModelSpec
+    from mark.config.manifest import fetch_model_dir
+
+    cache = Path(os.environ.get("MARK_DATA_DIR") or tempfile.gettempdir()) / "models"
+    directory = fetch_model_dir(repository, model, version, cache)
+    entry: dict[str, Any] = {"path": str(directory)}
+    if version:
+        entry["version"] = version
+    try:
+        spec = ModelSpec.model_validate(entry)
+    except ValidationError as exc:
+        raise ValueError(f"model {model!r} in {repository}: {exc}") from None
+    return spec.contract(spec.source)
+
+
 def _contract(args: argparse.Namespace) -> ModelContract:
     """The contract given as JSON, or one built from a source, a shape and a dtype."""
     if args.model_contract:
         return ModelContract.from_json(args.model_contract)
+    if args.repository:
+        if not args.model:
+            raise ValueError("--repository needs --model")
+        return repository_contract(args.repository, args.model, args.version)
     if not args.input_shape:
         raise ValueError("--model-source needs --input-shape")
     shape = tuple(int(d) for d in args.input_shape.split(","))
@@ -404,6 +435,13 @@ def main(argv: list[str] | None = None) -> int:
         "--model-contract",
         help="the model's contract as JSON (bouncer.contract: format, artifact, tensors)",
     )
+    given.add_argument(
+        "--repository",
+        help="a model repository (a directory or s3://bucket/prefix): serve --model from it, "
+        "fetched at start (the aws world's workers, by their mark:model and mark:version tags)",
+    )
+    p.add_argument("--model", help="with --repository: the model's name")
+    p.add_argument("--version", help="with --repository: the version (default: the manifest's)")
     given.add_argument(
         "--model-source",
         help="a TorchScript path or module:factory with one input (--input-shape, --dtype) "

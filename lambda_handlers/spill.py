@@ -41,76 +41,67 @@ from typing import Any
 import numpy as np
 
 from bouncer.contract import DTYPES, ContractError, ModelContract, legacy_contract
+from bouncer.fetch import FetchError, fetch_dir, fetch_file, is_s3
 from bouncer.runner import ModelLoadError, ModelRunner
 
 SOURCE_ENV = "MARK_MODEL_SOURCE"
 CONTRACT_ENV = "MARK_MODEL_CONTRACT"
-S3_SCHEME = "s3://"
 
 _runners: dict[str, ModelRunner] = {}
 _lock = threading.Lock()  # one invocation at a time per runtime, but be safe under LMI threads
 
 
 class SourceError(Exception):
-    """The model's artifact names nothing loadable; the message says what was tried."""
+    """The event names no model this function can load; the message says why."""
 
 
-def s3_location(source: str) -> tuple[str, str]:
-    """(bucket, key) of an ``s3://bucket/key`` source, or ``SourceError``."""
-    bucket, _, key = source.removeprefix(S3_SCHEME).partition("/")
-    if not bucket or not key or key.endswith("/"):
-        raise SourceError(f"model source {source!r} is not s3://bucket/key of a file")
-    return bucket, key
+def local_artifact(contract: ModelContract, whole_dir: bool) -> ModelContract:
+    """The contract with an ``s3://`` artifact fetched into the temporary directory:
+    its version directory (``whole_dir``: a contract names one, and an ONNX model's
+    weights or a handler's files lie beside it), or the one file a bare source names.
 
-
-def fetch_from_s3(source: str) -> Path:
-    """Download an ``s3://`` artifact into the temporary directory; the local path.
-
-    Called once per runtime (the loaded model is cached), so each cold start reads
-    the object as it is now. A missing object or a denied read is the deployment's
-    mistake, reported as ``SourceError``; anything else (S3 unreachable) raises.
-    """
-    bucket, key = s3_location(source)
-    import boto3  # only an s3:// source needs it; imported here to keep other cold starts lean
-    from botocore.exceptions import ClientError
-
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    target = Path(tempfile.gettempdir()) / "mark-models" / f"{digest}{Path(key).suffix}"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".part")
+    Called once per runtime (the runner is cached), so each cold start reads the objects
+    as they are now. A missing object or a denied read is the deployment's mistake,
+    reported as ``SourceError``; anything else (S3 unreachable) raises."""
+    if not is_s3(contract.artifact):
+        return contract
+    parent, _, name = contract.artifact.rpartition("/")
+    digest = hashlib.sha256(contract.artifact.encode()).hexdigest()[:16]
+    local = Path(tempfile.gettempdir()) / "mark-models" / digest
     try:
-        boto3.client("s3").download_file(bucket, key, str(partial))
-    except ClientError as exc:
-        raise SourceError(f"cannot read model {source}: {exc}") from None
-    os.replace(partial, target)  # a crash mid-download never leaves a half file in place
-    return target
+        if whole_dir:
+            fetch_dir(parent, local)
+        else:
+            fetch_file(contract.artifact, local / name)
+    except FetchError as exc:
+        raise SourceError(f"model {contract.name!r}: {exc}") from None
+    return replace(contract, artifact=str(local / name))
 
 
-def contract_of(event: dict[str, Any], name: str, dtype: str) -> ModelContract:
-    """The contract to run: the event's, the environment's, or one built from a source."""
+def contract_of(event: dict[str, Any], name: str, dtype: str) -> tuple[ModelContract, bool]:
+    """The contract to run (the event's, the environment's, or one built from a source),
+    and whether it was given as one (so its artifact's whole directory is the model's)."""
     given = event.get("contract") or os.environ.get(CONTRACT_ENV)
     if given:
         text = given if isinstance(given, str) else json.dumps(given)
-        return ModelContract.from_json(text)
+        return ModelContract.from_json(text), True
     source = event.get("source") or os.environ.get(SOURCE_ENV)
     if not isinstance(source, str) or not source:
         raise SourceError(
             f"model {name!r} has no contract or source: pass 'contract' or 'source', "
             f"or set {CONTRACT_ENV} or {SOURCE_ENV}"
         )
-    return legacy_contract(name, source, (), dtype)
+    return legacy_contract(name, source, (), dtype), False
 
 
-def cached_runner(contract: ModelContract) -> tuple[ModelRunner, bool]:
+def cached_runner(contract: ModelContract, whole_dir: bool = True) -> tuple[ModelRunner, bool]:
     """The runner for ``contract`` and whether this call loaded it (a cold start)."""
     key = contract.to_json()
     with _lock:
         runner = _runners.get(key)
         if runner is not None:
             return runner, False
-        if contract.artifact.startswith(S3_SCHEME):
-            contract = replace(contract, artifact=str(fetch_from_s3(contract.artifact)))
-        runner = ModelRunner(contract)
+        runner = ModelRunner(local_artifact(contract, whole_dir))
         _runners[key] = runner
         return runner, True
 
@@ -133,8 +124,8 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     if dtype_name not in DTYPES:
         return _error(f"'dtype' must be one of {', '.join(DTYPES)}, got {dtype_name!r}")
     try:
-        contract = contract_of(event, name, dtype_name)
-        runner, cold = cached_runner(contract)
+        contract, given = contract_of(event, name, dtype_name)
+        runner, cold = cached_runner(contract, whole_dir=given)
     except (SourceError, ModelLoadError, ContractError) as exc:
         return _error(str(exc))
     if not instances:  # a warm-up ping: the model is loaded, nothing to run

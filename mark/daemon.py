@@ -60,6 +60,7 @@ from mark.control.health import HealthTracker
 from mark.control.profiles import rate_options
 from mark.errors import StoreError
 from mark.ports import Fleet, Serverless
+from mark.reload import reload_models, turned_back
 from mark.serve.auth import (
     FIRST_KEY_SCOPES,
     KEY_FILE,
@@ -221,6 +222,10 @@ class Running:
     health: HealthTracker = field(default_factory=HealthTracker)
     api_key: str | None = None  # the key in <data_dir>/api-key, when it is this store's
     keys: KeyCache | None = None  # what the endpoint checks keys against (api.auth)
+    refused: set[tuple[str, str]] = field(default_factory=set)
+    """(model, version) a reload refused or a roll turned back from: not tried again."""
+    reload_now: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set (SIGHUP) to read the model repository again at once."""
 
 
 async def _flush(run: Running, everything: bool = False) -> None:
@@ -516,6 +521,7 @@ async def _start_control(run: Running, clock: WallClock) -> bool:
     )
     run.runner.app[STATE].more_metrics = lambda: controller.prometheus() + _store_metrics(store)
     controller.health = run.health.view
+    controller.rollouts.on_version = lambda back: turned_back(run, run.refused, back)
     # A retired instance first gets no new batch and finishes the ones it has.
     controller.draining = Dispatchers(
         [s.dispatcher for s in run.models.values() if s.dispatcher is not None]
@@ -527,6 +533,20 @@ async def _start_control(run: Running, clock: WallClock) -> bool:
     return True
 
 
+async def _reloads(run: Running) -> None:
+    """Read the model repository again every ``repository_poll_s`` (0: never by itself),
+    and at once on SIGHUP."""
+    poll_s = run.settings.repository_poll_s or None
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.reload_now.wait(), poll_s)
+        run.reload_now.clear()
+        try:
+            await reload_models(run, run.refused)
+        except Exception:  # one failed read must not stop the polls; the next one retries
+            log.exception("reading the model repository again failed")
+
+
 def _control_tasks(run: Running, clock: WallClock) -> None:
     """The control loop, the SLO monitor and spot notices, as tasks stopped by a drain."""
     controller, world = run.controller, run.world
@@ -535,6 +555,8 @@ def _control_tasks(run: Running, clock: WallClock) -> None:
     run.tasks.append(asyncio.create_task(controller.run(clock)))
     run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))
     run.tasks.append(asyncio.create_task(_handle_interruptions(run)))
+    if run.settings.repository is not None:
+        run.tasks.append(asyncio.create_task(_reloads(run)))
     if world.interruptions is not None:
         run.tasks.append(asyncio.create_task(world.interruptions.run()))
 
@@ -700,12 +722,13 @@ async def serve(settings: Settings, on_ready: Callable[[Running], None] | None =
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     run = await start(settings)
+    loop.add_signal_handler(signal.SIGHUP, run.reload_now.set)
     try:
         if on_ready is not None:
             on_ready(run)
         await stop_event.wait()
     finally:
         await stop(run, hurry)
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)

@@ -55,6 +55,8 @@ class LaunchRequest:
     role: InstanceRole = InstanceRole.SERVING
     client_token: str | None = None
     """Same token, same launch: a fleet that honours it never buys a repeated request twice."""
+    version: str | None = None
+    """The model version the instances serve (tagged; their agents fetch it at boot)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,8 @@ class InstanceInfo:
     launched_at: float
     address: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    version: str | None = None
+    """The model version it serves, as tagged at launch (None: not tagged, any version)."""
 
 
 class NoticeKind(StrEnum):
@@ -147,6 +151,11 @@ class Draining(Protocol):
     def keep(self, instance_ids: Sequence[str]) -> None:
         """Serve on them again: the cloud refused to terminate them."""
         ...
+
+
+SPILL_PAYLOAD_LIMIT = 6 * 1024 * 1024
+"""Lambda's synchronous Invoke payload limit, request and response alike (6 MB: AWS Lambda
+quotas, "Invocation payload (request and response)")."""
 
 
 class Serverless(Protocol):

@@ -117,6 +117,11 @@ class World(Protocol):
         """Telemetry as it is flushed (the aws world publishes it as metrics)."""
         ...
 
+    def use_model(self, spec: ModelSpec, artifact: str) -> None:
+        """From now on, ``spec`` (its version; ``artifact``: its file on this machine) is
+        what the spill function runs and what an instance tagged with its version runs."""
+        ...
+
     def fixed_hourly(self, catalog: Catalog) -> float:
         """$/h this world pays whatever the fleet (provisioned concurrency)."""
         ...

@@ -50,6 +50,8 @@ class Member:
     price_per_hour: float = 0.0
     owner: str | None = None
     """The cluster its ownership tag names (``mark:cluster``); None: untagged, never ours."""
+    version: str | None = None
+    """The model version it serves (None: untagged, any)."""
 
     @property
     def key(self) -> OptionKey:

@@ -62,6 +62,17 @@ TWO_IO_INPUTS = (
 TWO_IO_OUTPUTS = (TensorSpec("pooled", "float32", (8,)), TensorSpec("norm", "float32", (1,)))
 
 
+def two_io_manifest(fmt: str, slo: dict[str, float], **more: object) -> dict[str, object]:
+    """The two-input models' manifest (``model.yaml``) in format ``fmt``."""
+    return {
+        "format": fmt,
+        **more,
+        "inputs": [t.to_dict() for t in TWO_IO_INPUTS],
+        "outputs": [t.to_dict() for t in TWO_IO_OUTPUTS],
+        "slo": slo,
+    }
+
+
 def two_io_reference(tokens: Array, scale: Array) -> dict[str, Array]:
     """What the two-input models compute: the mean over the sequence times ``scale``,
     and that vector's sum of squares."""

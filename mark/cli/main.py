@@ -16,6 +16,7 @@ from mark.cli import (
     demo_cmd,
     deploy_cmd,
     keys_cmd,
+    models_cmd,
     predictor_cmd,
     profile_cmd,
     report_cmd,
@@ -81,6 +82,7 @@ app.add_typer(db_cmd.app, name="db")
 app.add_typer(demo_cmd.app, name="demo")
 app.add_typer(deploy_cmd.app, name="deploy")
 app.add_typer(keys_cmd.app, name="keys")
+app.add_typer(models_cmd.app, name="models")
 app.add_typer(predictor_cmd.app, name="predictor")
 
 

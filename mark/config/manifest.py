@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from bouncer.fetch import FetchError, fetch_dir, fetch_file, is_s3, list_dirs
+
 MANIFEST = "model.yaml"
 ARTIFACTS = {"onnx": "model.onnx", "torchscript": "model.pt", "python": "model.py"}
 
@@ -95,9 +97,51 @@ def merged_with_manifest(data: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def repository_entries(root: Path) -> list[dict[str, Any]]:
-    """A model entry (``{"path": dir}``) for each directory of ``root`` with a manifest,
-    by name; ``ValueError`` if ``root`` is not a directory or holds none."""
+def fetch_model_dir(repository: str, model: str, version: str | None, cache: Path) -> Path:
+    """Model ``model`` of the repository at ``repository`` on this machine: the directory
+    itself when it is local; from S3, the model directory but its other versions (the
+    manifest, a profile, the version served: ``version``, else the manifest's, else the
+    highest numbered) fetched under ``cache``."""
+    if not is_s3(repository):
+        return Path(repository).expanduser() / model
+    base = f"{repository.rstrip('/')}/{model}"
+    local = cache / model
+    try:
+        fetch_file(f"{base}/{MANIFEST}", local / MANIFEST)
+        numbered = sorted((d for d in list_dirs(base) if d.isdigit()), key=int)
+        if not numbered:
+            fetch_dir(base, local)  # no version directories: the artifact beside the manifest
+            return local
+        declared = yaml.safe_load((local / MANIFEST).read_text(encoding="utf-8")) or {}
+        chosen = str(version or declared.get("version") or numbered[-1])
+        fetch_dir(base, local, skip=frozenset(numbered) - {chosen})
+    except FetchError as exc:
+        raise ValueError(f"model {model!r} in {repository}: {exc}") from None
+    return local
+
+
+def repository_entries(root: str, cache: Path) -> list[dict[str, Any]]:
+    """A model entry (``{"path": dir}``, and ``"location"``: where it lives in S3) for each
+    directory of ``root`` (a path, or ``s3://bucket/prefix``) with a manifest, by name;
+    ``ValueError`` if it holds none. From S3, each model is fetched under ``cache``."""
+    if is_s3(root):
+        try:
+            names = list_dirs(root)
+        except FetchError as exc:
+            raise ValueError(f"model repository {root}: {exc}") from None
+        if not names:
+            raise ValueError(f"model repository {root} has no model directory")
+        return [
+            {
+                "path": str(fetch_model_dir(root, name, None, cache)),
+                "location": f"{root.rstrip('/')}/{name}",
+            }
+            for name in names
+        ]
+    return _local_entries(Path(root))
+
+
+def _local_entries(root: Path) -> list[dict[str, Any]]:
     root = root.expanduser()
     if not root.is_dir():
         raise ValueError(f"model repository {root} is not a directory")

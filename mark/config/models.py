@@ -116,6 +116,11 @@ class ModelSpec(_Strict):
         default=None,
         description="the model directory whose manifest (model.yaml) declares the rest",
     )
+    location: str | None = Field(
+        default=None,
+        description="where the model directory lives in S3 (s3://bucket/prefix/name): "
+        "instances and the spill function fetch the model from there",
+    )
     version: str = Field(default="1", pattern=r"^[0-9]{1,9}$", description="the version served")
     format: Format | None = Field(
         default=None,
@@ -196,9 +201,13 @@ class ModelSpec(_Strict):
         return self.format if self.format is not None else infer_format(self.source)
 
     @property
-    def loader(self) -> Format:
-        """The format (the name earlier versions used)."""
-        return self.model_format
+    def remote_source(self) -> str:
+        """The artifact where other machines read it: in S3 for a model fetched from
+        there, else the source itself."""
+        if self.location is None or self.path is None:
+            return self.source
+        rel = Path(self.source).relative_to(self.path).as_posix()
+        return f"{self.location.rstrip('/')}/{rel}"
 
     @property
     def input_specs(self) -> tuple[TensorSpec, ...]:
@@ -219,7 +228,7 @@ class ModelSpec(_Strict):
     def contract(self, artifact: str | None = None) -> ModelContract:
         """What runners load; ``artifact`` replaces the source (the demo model built on
         this machine, a file fetched from S3)."""
-        located = artifact if artifact is not None else self.source
+        located = artifact if artifact is not None else self.remote_source
         return ModelContract(
             name=self.name,
             version=self.version,

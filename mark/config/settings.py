@@ -96,10 +96,17 @@ class Settings(BaseSettings):
     aws: AwsSpec = AwsSpec()
     api: ApiSpec = ApiSpec()
     local: LocalSpec = LocalSpec()
-    repository: Path | None = Field(
+    repository: str | None = Field(
         default=None,
-        description="a model repository: every subdirectory with a model.yaml is served, "
-        "beside the models listed under models",
+        description="a model repository, a directory or s3://bucket/prefix: every "
+        "subdirectory with a model.yaml is served, beside the models listed under models "
+        "(from S3, each is fetched under data_dir/repository)",
+    )
+    repository_poll_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="how often the repository is read again (also on SIGHUP): a model "
+        "whose version changed is checked and rolled to; 0: only at start",
     )
     models: tuple[ModelSpec, ...] = Field(default_factory=lambda: (_demo_model(),))
     offerings: OfferingsSpec = OfferingsSpec()
@@ -130,7 +137,8 @@ class Settings(BaseSettings):
     def _repository(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("repository") is None:
             return data
-        entries = repository_entries(Path(str(data["repository"])))
+        data_dir = Path(str(data.get("data_dir") or _default_data_dir()))
+        entries = repository_entries(str(data["repository"]), data_dir / "repository")
         # A repository replaces the demo model; models listed beside it are kept.
         return {**data, "models": [*data.get("models", ()), *entries]}
 

@@ -38,6 +38,7 @@ from mark.control.durable import ControlStore, Durable, default_holder
 from mark.control.history import LoadHistory, cold_start_forecaster
 from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
+from mark.control.rollouts import Rollouts
 from mark.control.snapshot import (
     explore_candidates,
     explore_config,
@@ -170,6 +171,26 @@ class Controller:
         """When the control loop's next step is due (``react`` leaves the window before it)."""
         self.health: Callable[[], tuple[Mapping[str, HealthFact], float] | None] | None = None
         """Agents' health as the daemon sees it; None (the simulator): no health rules."""
+        self.rollouts = Rollouts()
+        """Models rolling to a new version (``roll_to``), and how to turn each back."""
+        self._parts.reconciler.versions.update({m.name: m.version for m in settings.models})
+
+    def roll_to(self, spec: ModelSpec, now: float) -> None:
+        """Serve ``spec``'s version of its model from now on: the plan buys instances of it,
+        and once they are ready the other versions' instances drain and end; if one never
+        gets ready, the roll turns back (``rollouts.on_version``)."""
+        old = next(m for m in self.settings.models if m.name == spec.name)
+        self._use(spec)
+        self.rollouts.start(old, spec, now)
+
+    async def note(self, model: str, now: float, notes: Sequence[Note]) -> None:
+        """Record decisions taken outside a step (a version refused, a roll started)."""
+        await self._parts.recorder.record(model, now, notes)
+
+    def _use(self, spec: ModelSpec) -> None:
+        models = tuple(spec if m.name == spec.name else m for m in self.settings.models)
+        self.settings = self.settings.model_copy(update={"models": models})
+        self._parts.reconciler.versions[spec.name] = spec.version
 
     @property
     def forecast(self) -> Forecaster:
@@ -315,6 +336,20 @@ class Controller:
                     everything = await self.fleet.list()
             view = self.health() if self.health is not None else None
             facts = view[0] if view is not None else None
+            everything, rolled = await self.rollouts.step(
+                spec,
+                now,
+                everything,
+                facts,
+                self.price,
+                health_config(self.settings, self.boot_s, self.unavailable_ttl_s).boot_deadline_s,
+                self.settings.timings.update_period_s,
+                self._parts.recorder,
+                self._parts.reconciler,
+            )
+            if rolled is not spec:  # turned back to the version it rolled from
+                self._use(rolled)
+                spec = rolled
             if view is not None:
                 replaced, self.state = await run_health_step(
                     spec.name,

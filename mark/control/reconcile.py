@@ -86,6 +86,9 @@ class Reconciler:
     draining: Draining | None = None
     """Told before each termination (the daemon's dispatchers); None in the simulator,
     whose requests finish on the instance they were sent to."""
+    versions: dict[str, str] = field(default_factory=dict)
+    """Each model's version its launches serve (tagged ``mark:version``): the one being
+    rolled to while a new version rolls."""
 
     def step_index(self, now: float) -> int:
         return math.floor(now / self.step_s)
@@ -102,7 +105,9 @@ class Reconciler:
             token = launch_token(
                 a.model, a.instance_type, a.market, role, self.step_index(now), seen
             )
-            request = LaunchRequest(a.model, a.instance_type, market, a.count, role, token)
+            request = LaunchRequest(
+                a.model, a.instance_type, market, a.count, role, token, self.versions.get(a.model)
+            )
             try:
                 got = await self.fleet.launch(request)
             except InsufficientCapacity as exc:

@@ -40,6 +40,7 @@ def member(inst: InstanceInfo, price: Price) -> Member:
         inst.launched_at,
         price(inst.instance_type, inst.market.value),
         inst.tags.get(TAG_CLUSTER),
+        inst.version,
     )
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from mark.ports import SPILL_PAYLOAD_LIMIT
 from mark.serve.api_state import (
     RETRY_AFTER_S,
     STATE,
@@ -50,6 +51,7 @@ from mark.serve.codec import (
     read_v2,
 )
 from mark.serve.dispatcher import Outcome
+from mark.serve.payload import refuse_unspillable
 
 log = logging.getLogger("mark.api")
 
@@ -78,6 +80,8 @@ async def _run(state: ApiState, served: Served, tensor: Tensor) -> Ran:
     dispatcher = served.dispatcher
     if dispatcher is None:
         raise BadRequest(503, "no serving capacity for this model yet")
+    if dispatcher.serverless is not None:
+        refuse_unspillable(tensor, SPILL_PAYLOAD_LIMIT, served.spec.name)
     # One tensor each way travels as the bare array (the agent protocol's original form,
     # and the cheapest); several travel by name.
     single = len(tensor.arrays) == 1 and len(served.spec.outputs) == 1

@@ -29,22 +29,17 @@ from mark.config import load_settings
 from mark.daemon import Running, start, stop
 from mark.ports import LaunchRequest
 from tests.e2e.test_local_world import admin_key
-from tests.model_zoo import mlp_module, mlp_torchscript, two_io_onnx, two_io_reference
+from tests.model_zoo import (
+    mlp_module,
+    mlp_torchscript,
+    two_io_manifest,
+    two_io_onnx,
+    two_io_reference,
+)
 from tests.processes import left_behind
 
 SLO = {"rt_max_ms": 2000, "sl_min": 0.9, "decline_share": 0.0}
-RANKER = {
-    "format": "onnx",
-    "inputs": [
-        {"name": "tokens", "dtype": "float32", "shape": [-1, 8]},
-        {"name": "scale", "dtype": "float32", "shape": [1]},
-    ],
-    "outputs": [
-        {"name": "pooled", "dtype": "float32", "shape": [8]},
-        {"name": "norm", "dtype": "float32", "shape": [1]},
-    ],
-    "slo": SLO,
-}
+RANKER = two_io_manifest("onnx", SLO)
 MLP = {
     "format": "torchscript",
     "inputs": [{"name": "features", "dtype": "float32", "shape": [16]}],

@@ -78,10 +78,10 @@ def test_requirements_pin_exactly_what_the_handler_and_demo_import(
     assert all(pins[img.canonical(line.split("==")[0])] == line for line in lines)
     _, handler_imports = pkg.import_closure(["lambda_handlers"])
     _, demo_imports = pkg.import_closure(["mark.demo.model"])
-    assert handler_imports == {"torch", "boto3", "botocore"}
+    assert handler_imports == {"torch", "onnxruntime", "numpy", "boto3", "botocore"}
     assert demo_imports == {"torch", "numpy", "sklearn"}
     named = {img.canonical(line.split("==")[0]) for line in lines}
-    assert named == {"boto3", "botocore", "torch", "numpy", "scikit-learn"}
+    assert named == {"boto3", "botocore", "torch", "onnxruntime", "numpy", "scikit-learn"}
     assert "torch==2.13.0+cpu" in lines
     assert '"torch==2.13.0"' in (ROOT / "pyproject.toml").read_text()
     assert (image.context / "constraints.txt").read_text() == (ROOT / "constraints.txt").read_text()

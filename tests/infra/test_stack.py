@@ -1,8 +1,9 @@
 """infra/mark.yaml created on a real moto server, and the resources it made, read back.
 
-Two stacks cover both sides of the template's conditions: one that creates its own
-VPC and keeps SQLite on an EBS volume, and one in an existing VPC with PostgreSQL
-from a secret, HTTPS and a model file. The spill function's image is "pushed" to
+Three stacks cover both sides of the template's conditions: one that creates its own
+VPC and keeps SQLite on an EBS volume, one in an existing VPC with PostgreSQL from a
+secret, HTTPS and a model file, and one serving a model repository (an S3 prefix)
+instead of one model. The spill function's image is "pushed" to
 moto's ECR first (a manifest under the tag `mark deploy package` computes), and moto
 is told to check that the image exists, as Lambda does.
 """
@@ -15,11 +16,15 @@ import contextlib
 import hashlib
 import json
 import re
+import shlex
+import subprocess
+import threading
 import time
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +84,8 @@ def _conditions_hold(template: Mapping[str, Any], params: Mapping[str, str]) -> 
             return ev(arg[0]) == ev(arg[1])
         if op == "Fn::Not":
             return not ev(arg[0])
+        if op == "Fn::And":
+            return all(ev(a) for a in arg)
         if op == "Fn::Join":
             return arg[0].join(ev(arg[1]).split(","))
         raise AssertionError(f"condition form {op} is not modelled here")
@@ -202,6 +209,21 @@ def existing_vpc(moto_endpoint: str, image_uri: str) -> Iterator[Stack]:
     yield _create(moto_endpoint, params)
 
 
+@pytest.fixture(scope="module")
+def repository(moto_endpoint: str, image_uri: str) -> Iterator[Stack]:
+    """Own VPC, SQLite, a model repository under a prefix. ModelKey and ModelNeuronKey are
+    given too: the repository replaces them, so nothing may copy or read them."""
+    params = {
+        "ArtifactBucket": f"mark-art-{uuid.uuid4().hex[:8]}",
+        "SpillImageUri": image_uri,
+        "AllowedCidr": "203.0.113.0/24",
+        "ModelRepositoryPrefix": "prod/models/",
+        "ModelKey": "models/resnet.pt",
+        "ModelNeuronKey": "models/resnet.neuron.pt",
+    }
+    yield _create(moto_endpoint, params)
+
+
 def _user_data(stack: Stack, template_id: str) -> str:
     versions = stack.client("ec2").describe_launch_template_versions(LaunchTemplateId=template_id)
     data = versions["LaunchTemplateVersions"][0]["LaunchTemplateData"]
@@ -234,7 +256,7 @@ def _as_list(v: Any) -> list[Any]:
 # -- the stack as a whole -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("which", ["own_vpc", "existing_vpc"])
+@pytest.mark.parametrize("which", ["own_vpc", "existing_vpc", "repository"])
 def test_stack_creates_every_resource_moto_supports(
     which: str, request: pytest.FixtureRequest, aws_env: str
 ) -> None:
@@ -341,6 +363,7 @@ def test_controller_user_data_writes_an_aws_world_config_with_the_stack_ids(
         }
         api = ApiSpec(**config["api"])
         assert (api.host, api.port) == ("0.0.0.0", int(stack.params.get("ApiPort", "8080")))
+        assert "repository" not in config  # ModelRepositoryPrefix empty: the one model
         (model,) = config["models"]
         spec = ModelSpec(**(model | {"source": "pkg.mod:factory"}))  # $SOURCE is set by bash
         assert spec.name == stack.params.get("ModelName", "digits")
@@ -355,6 +378,176 @@ def test_controller_user_data_writes_an_aws_world_config_with_the_stack_ids(
     pg = _user_data(existing_vpc, existing_vpc.physical["ControllerLaunchTemplate"])
     assert "VOL=''" in pg and existing_vpc.params["DatabaseSecretArn"] in pg
     assert 'aws s3 cp "s3://' + existing_vpc.params["ArtifactBucket"] + '/models/resnet.pt"' in pg
+
+
+# -- a model repository (ModelRepositoryPrefix) ----------------------------------------------
+
+
+def test_controller_config_names_the_repository_instead_of_a_model(repository: Stack) -> None:
+    script = _user_data(repository, repository.physical["ControllerLaunchTemplate"])
+    config = yaml.safe_load(_heredoc(script, "/etc/mark/mark.yaml"))
+    bucket = repository.params["ArtifactBucket"]
+    assert config["repository"] == f"s3://{bucket}/prod/models/"
+    assert set(config) == {"world", "data_dir", "api", "aws", "repository"}  # no models: list
+    assert config["aws"]["launch_template_id"] == repository.outputs["WorkerLaunchTemplateId"]
+    # mark reads the manifests itself: the bootstrap copies the bundle and no model file.
+    assert re.findall(r'aws s3 cp "(s3://[^"]+)"', script) == [
+        f"s3://{bucket}/mark/agent-bundle.tar.gz"
+    ]
+    assert "$SOURCE" not in script and "resnet" not in script  # ModelKey: replaced
+    _no_tracing(script)
+
+
+def _exec_start(unit: str) -> list[str]:
+    """The agent's command line in a unit file's text, as the shell wrote it there."""
+    return unit.split("ExecStart=", 1)[1].split("\nRestart", 1)[0].replace("\\\n", " ").split()
+
+
+def test_repository_worker_runs_the_agent_on_the_model_and_version_it_is_tagged_with(
+    repository: Stack,
+) -> None:
+    script = _user_data(repository, repository.outputs["WorkerLaunchTemplateId"])
+    bucket = repository.params["ArtifactBucket"]
+    args = _exec_start(_heredoc(script, "/etc/systemd/system/mark-agent.service"))
+    assert args[:3] == ["/opt/mark/venv/bin/python", "-m", "bouncer.agent"]
+    assert dict(zip(args[3::2], args[4::2], strict=True)) == {
+        "--repository": f"s3://{bucket}/prod/models/",
+        "--model": '"$MODEL"',
+        "--version": '"$VERSION"',
+        "--host": "0.0.0.0",
+        "--port": "8500",
+        "--imds-url": "http://169.254.169.254",
+    }
+    # The agent fetches the model with boto3: the bootstrap copies the bundle only, and
+    # neither ModelKey nor ModelNeuronKey (given, but replaced by the repository).
+    assert re.findall(r'aws s3 cp "(s3://[^"]+)"', script) == [
+        f"s3://{bucket}/mark/agent-bundle.tar.gz"
+    ]
+    assert "resnet" not in script and "SOURCE" not in script and "${" not in script
+    _no_tracing(script)
+
+
+class _Imds(BaseHTTPRequestHandler):
+    """IMDSv2 as far as the bootstrap asks it: a token for a PUT, tags only with it."""
+
+    TOKEN = "imds-session-token"
+    TAGS = "/latest/meta-data/tags/instance/"
+
+    def _reply(self, status: int, body: str = "") -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def do_PUT(self) -> None:
+        ttl = self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+        if self.path == "/latest/api/token" and ttl is not None:
+            self._reply(200, self.TOKEN)
+        else:
+            self._reply(400)
+
+    def do_GET(self) -> None:
+        if self.headers.get("X-aws-ec2-metadata-token") != self.TOKEN:
+            self._reply(401)  # HttpTokens: required
+            return
+        tags: dict[str, str] = self.server.tags  # type: ignore[attr-defined]
+        key = self.path.removeprefix(self.TAGS)
+        if self.path.startswith(self.TAGS) and key in tags:
+            self._reply(200, tags[key])
+        else:
+            self._reply(404)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("tags", "served"),
+    [
+        ({"mark:model": "ranker", "mark:version": "2"}, ("ranker", "2")),
+        ({"mark:model": "ranker"}, None),  # no version tag: the bootstrap stops
+        ({"mark:model": "x; reboot", "mark:version": "2"}, None),  # not a model name
+        ({"mark:model": "ranker", "mark:version": "2 --x"}, None),  # not a version number
+    ],
+)
+def test_repository_worker_reads_its_tags_from_imdsv2_into_the_agent_unit(
+    repository: Stack, tmp_path: Path, tags: dict[str, str], served: tuple[str, str] | None
+) -> None:
+    """The bootstrap's tag lines and unit heredoc, run by bash against a fake IMDSv2 (tokens
+    required) on localhost: the unit it writes runs the agent on the tagged model, or,
+    for a missing or malformed tag, the script stops before writing it."""
+    script = _user_data(repository, repository.outputs["WorkerLaunchTemplateId"])
+    found = re.search(r"^IMDS_TOKEN=.*?^\[\[.*?\]\]$", script, re.M | re.S)
+    assert found, "no tag-reading lines in the worker bootstrap"
+    unit = tmp_path / "mark-agent.service"
+    heredoc = re.search(
+        r"^cat >/etc/systemd/system/mark-agent.service <<EOF\n.*?^EOF$", script, re.M | re.S
+    )
+    assert heredoc
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Imds)
+    server.tags = tags  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        local = f"http://127.0.0.1:{server.server_address[1]}"
+        steps = "\n".join(["set -euo pipefail", found.group(0), heredoc.group(0)]).replace(
+            "http://169.254.169.254/latest", local + "/latest"
+        )
+        steps = steps.replace("/etc/systemd/system/mark-agent.service", str(unit))
+        run = subprocess.run(["bash", "-c", steps], capture_output=True, text=True, timeout=30)
+    finally:
+        server.shutdown()
+        server.server_close()
+    if served is None:
+        assert run.returncode != 0 and not unit.exists(), run.stdout + run.stderr
+        return
+    assert run.returncode == 0, run.stderr
+    args = shlex.split(" ".join(_exec_start(unit.read_text())))  # systemd's quoting
+    opts = dict(zip(args[3::2], args[4::2], strict=True))
+    assert (opts["--model"], opts["--version"]) == served
+    bucket = repository.params["ArtifactBucket"]
+    assert opts["--repository"] == f"s3://{bucket}/prod/models/"
+    assert opts["--imds-url"] == "http://169.254.169.254"  # the agent's, not the test's
+
+
+def test_repository_roles_read_and_list_exactly_the_prefix(
+    repository: Stack, own_vpc: Stack, existing_vpc: Stack
+) -> None:
+    bucket = repository.params["ArtifactBucket"]
+    read = {
+        "Sid": "ReadModelRepository",
+        "Effect": "Allow",
+        "Action": "s3:GetObject",
+        "Resource": f"arn:aws:s3:::{bucket}/prod/models/*",
+    }
+    listing = {
+        "Sid": "ListModelRepository",
+        "Effect": "Allow",
+        "Action": "s3:ListBucket",
+        "Resource": f"arn:aws:s3:::{bucket}",
+        "Condition": {"StringLike": {"s3:prefix": "prod/models/*"}},
+    }
+    bundle = f"arn:aws:s3:::{bucket}/mark/agent-bundle.tar.gz"
+    for role in ("WorkerRole", "ControllerRole", "SpillFunctionRole"):
+        s3 = [s for s in _statements(repository, role) if "s3:" in str(s["Action"])]
+        # ModelKey and ModelNeuronKey are set but replaced: no grant names them.
+        artifacts = [] if role == "SpillFunctionRole" else [("ReadArtifacts", [bundle])]
+        assert [(s["Sid"], _as_list(s["Resource"])) for s in s3[: len(artifacts)]] == artifacts
+        assert s3[len(artifacts) :] == [read, listing], role
+    for stack in (own_vpc, existing_vpc):  # no prefix: no repository grant anywhere
+        for role in ("WorkerRole", "ControllerRole", "SpillFunctionRole"):
+            sids = [s.get("Sid", "") for s in _statements(stack, role)]
+            assert not [s for s in sids if "ModelRepository" in s], (stack.name, role)
+
+
+def test_repository_spill_function_gets_no_model_source(repository: Stack) -> None:
+    """Each event carries its model's contract (an s3:// artifact in the prefix): the
+    function is told no model of its own. Its memory is the one setting for all models."""
+    fn = repository.client("lambda").get_function(
+        FunctionName=repository.outputs["SpillFunctionName"]
+    )
+    assert fn["Configuration"]["Environment"]["Variables"] == {"MARK_DATA_DIR": "/tmp/mark"}
+    assert spill.SOURCE_ENV == "MARK_MODEL_SOURCE"
+    assert fn["Configuration"]["MemorySize"] == 2048
 
 
 # -- network ------------------------------------------------------------------------------
@@ -605,3 +798,23 @@ def test_parameters_that_reach_a_shell_accept_only_safe_values() -> None:
         pattern = params[name]["AllowedPattern"]
         assert re.fullmatch(pattern, good), name
         assert not re.fullmatch(pattern, bad), name
+
+
+def test_model_repository_prefix_is_a_key_prefix_ending_in_a_slash() -> None:
+    pattern = tpl.parameters(tpl.load((ROOT / "infra" / "mark.yaml").read_text()))[
+        "ModelRepositoryPrefix"
+    ].allowed_pattern
+    assert pattern
+    for good in ("", "models/", "prod/ml-models/v2/"):
+        assert re.fullmatch(pattern, good), good
+    for bad in ("models", "/models/", "models//", "models/$(reboot)/", "my models/", "a'/"):
+        assert not re.fullmatch(pattern, bad), bad
+
+
+def test_every_parameter_is_in_one_console_group() -> None:
+    template = tpl.load((ROOT / "infra" / "mark.yaml").read_text())
+    groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    grouped = [p for g in groups for p in g["Parameters"]]
+    assert sorted(grouped) == sorted(template["Parameters"])  # each once, none left out
+    (model,) = [g["Parameters"] for g in groups if g["Label"]["default"] == "Cluster and model"]
+    assert "ModelRepositoryPrefix" in model

@@ -165,9 +165,13 @@ def _user_data_subs(template: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[
 
 
 def _refs(value: Any) -> Iterator[str]:
+    """Names a Sub variable's value refers to: ``Ref``s, and ``${...}`` in a nested ``Fn::Sub``."""
     if isinstance(value, Mapping):
         if "Ref" in value:
             yield str(value["Ref"])
+        if "Fn::Sub" in value:
+            sub = value["Fn::Sub"]
+            yield from re.findall(r"\$\{([A-Za-z0-9:]+)\}", sub if isinstance(sub, str) else sub[0])
         for v in value.values():
             yield from _refs(v)
     elif isinstance(value, list):
@@ -191,7 +195,15 @@ def shell_parameters(template: Mapping[str, Any]) -> set[str]:
 def test_every_parameter_that_reaches_a_shell_is_pattern_checked() -> None:
     template = _template()
     reaching = shell_parameters(template)
-    assert {"ModelSource", "ModelKey", "DatabaseSecretArn", "SubnetIds"} <= reaching
+    # ModelName and ModelRepositoryPrefix reach it only through a Sub nested in a variable.
+    assert {
+        "ModelSource",
+        "ModelKey",
+        "ModelName",
+        "ModelRepositoryPrefix",
+        "DatabaseSecretArn",
+        "SubnetIds",
+    } <= reaching
     for name in sorted(reaching):
         spec = template["Parameters"][name]
         if spec["Type"] == "Number" or "AllowedValues" in spec:

@@ -79,8 +79,10 @@ async def test_model_from_s3_is_fetched_once_per_runtime_and_predicts(
     assert first.cold_start and not second.cold_start
     assert torch.allclose(torch.tensor(first.outputs), want, atol=1e-5)
     assert torch.allclose(torch.tensor(second.outputs), want[:1], atol=1e-5)
-    assert [f.suffix for f in fetched] == [".pt"]  # downloaded into /tmp, no partial left
-    assert fetched[0].read_bytes() == path.read_bytes()
+    # Downloaded into /tmp, no partial left.
+    files = [f for d in fetched for f in d.iterdir()]
+    assert [f.suffix for f in files] == [".pt"]
+    assert files[0].read_bytes() == path.read_bytes()
 
 
 async def test_a_missing_model_object_is_an_error_reply(
@@ -92,11 +94,11 @@ async def test_a_missing_model_object_is_an_error_reply(
     async with lam:
         with pytest.raises(SpillRejected) as err:
             await lam.invoke("digits", [[[[0.0] * 8] * 8]])
-    assert f"cannot read model {source}" in str(err.value)
+    assert f"cannot read {source}" in str(err.value)
     assert "404" in str(err.value)
 
 
 @pytest.mark.parametrize("source", ["s3://bucket-only", "s3://b/", "s3:///key.pt"])
 def test_an_s3_source_without_bucket_and_key_is_an_error_reply(source: str) -> None:
     reply = spill.handler({"model": "m", "instances": [[1.0]], "source": source}, None)
-    assert reply == {"error": f"model source {source!r} is not s3://bucket/key of a file"}
+    assert reply == {"error": f"model 'm': {source!r} is not s3://bucket/key"}

@@ -64,7 +64,7 @@ def test_sources_layer_yaml_then_env_then_overrides(
     assert s.api.port == 9000
     assert s.offerings.markets == (Market.ON_DEMAND, Market.SPOT)
     (m,) = s.models
-    assert (m.name, m.input_tensor.shape, m.slo.rt_max_ms, m.loader) == (
+    assert (m.name, m.input_tensor.shape, m.slo.rt_max_ms, m.model_format) == (
         "resnet",
         (3, 224, 224),
         600,

@@ -3,6 +3,7 @@ exits non-zero naming the model, the field and the fix, before anything is creat
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import warnings
@@ -143,3 +144,28 @@ def test_a_model_of_two_tensors_each_way_passes_and_a_wrong_name_does_not(
     out = _check(tmp_path)
     err = " ".join(out.stderr.split())
     assert out.returncode == 1 and "model 'm'" in err and "'weight'" in err and "'scale'" in err
+
+
+def test_models_list_shows_each_model_of_the_repository(tmp_path: Path) -> None:
+    doubling_onnx(tmp_path / "models" / "m" / "2" / "model.onnx")
+    inputs = [{"name": "x", "dtype": "float32", "shape": [-1]}]
+    _model_dir(
+        tmp_path, {"format": "onnx", "inputs": inputs, "outputs": [{"name": "y"}], "slo": SLO}
+    )
+    cfg = tmp_path / "mark.yaml"
+    cfg.write_text(
+        yaml.safe_dump({"repository": str(tmp_path / "models"), "data_dir": str(tmp_path)})
+    )
+    base = [sys.executable, "-m", "mark.cli.main", "--config", str(cfg), "models", "list"]
+    listed = subprocess.run(
+        [*base, "--format", "json", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    (model,) = json.loads(listed.stdout)
+    assert (model["name"], model["version"], model["format"]) == ("m", "2", "onnx")
+    assert model["artifact"] == str(tmp_path / "models" / "m" / "2" / "model.onnx")
+    assert model["outputs"] == [{"name": "y", "dtype": "float32", "shape": [-1]}]  # learnt

@@ -22,11 +22,13 @@ TAG_MODEL = "mark:model"
 TAG_ROLE = "mark:role"
 TAG_MARKET = "mark:market"
 TAG_CLIENT_TOKEN = "mark:client-token"
+TAG_VERSION = "mark:version"
+"""The model version an instance serves: its agent fetches that version at boot."""
 
 
 def launch_tags(cluster: str, request: LaunchRequest, token: str) -> dict[str, str]:
     """The tags a launch writes on its instances and their volumes."""
-    return {
+    tags = {
         "Name": f"mark-{cluster}-{request.model}-{request.role.value}",
         TAG_CLUSTER: cluster,
         TAG_MODEL: request.model,
@@ -34,6 +36,9 @@ def launch_tags(cluster: str, request: LaunchRequest, token: str) -> dict[str, s
         TAG_MARKET: request.market.value,
         TAG_CLIENT_TOKEN: token,
     }
+    if request.version is not None:
+        tags[TAG_VERSION] = request.version
+    return tags
 
 
 def ec2_client_token(cluster: str, token: str) -> str:
@@ -70,6 +75,7 @@ def instance_info(
         launched_at=launched.timestamp() if isinstance(launched, datetime) else 0.0,
         address=inst.get("PrivateIpAddress") or inst.get("PublicDnsName") or None,
         tags=tags,
+        version=tags.get(TAG_VERSION),
     )
 
 

@@ -61,6 +61,7 @@ from mark.catalog import LambdaPrices, load_catalog
 from mark.clock import WallClock
 from mark.cloud.aws.client import OwnedClient
 from mark.cloud.aws.errors import AwsApiError, RetryPolicy, map_client_error
+from mark.cloud.spill_event import Source, spill_event
 from mark.errors import (
     CloudError,
     PayloadTooLarge,
@@ -70,10 +71,10 @@ from mark.errors import (
     SpillThrottled,
     Throttled,
 )
-from mark.ports import Clock, SpillResult
+from mark.ports import SPILL_PAYLOAD_LIMIT, Clock, SpillResult
 from mark.state.records import LedgerEntry
 
-PAYLOAD_LIMIT = 6 * 1024 * 1024  # synchronous Invoke: request and response
+PAYLOAD_LIMIT = SPILL_PAYLOAD_LIMIT
 THROTTLE_CODES = frozenset({"TooManyRequestsException", "ThrottlingException"})
 #: Lambda-side failures worth another try (its service or its ENI capacity).
 TRANSIENT_CODES = frozenset(
@@ -113,15 +114,13 @@ def parse_report(log_tail: str) -> Report | None:
 def chunk_events(
     model: str,
     rows: Sequence[Any],
-    source: str | None,
+    source: Source | None,
     limit: int = PAYLOAD_LIMIT,
     dtype: str = "float32",
 ) -> list[tuple[bytes, int]]:
     """Events (bytes, rows in it) for ``rows`` of ``dtype``, each at most ``limit`` bytes,
     in order."""
-    event: dict[str, Any] = {"model": model, "instances": list(rows), "dtype": dtype}
-    if source is not None:
-        event["source"] = source
+    event = spill_event(model, rows, source, dtype)
     payload = json.dumps(event, separators=(",", ":")).encode()
     if len(payload) <= limit:
         return [(payload, len(rows))]
@@ -143,8 +142,9 @@ class _Invoked:
 
 
 class AwsLambda(OwnedClient):
-    """``Serverless`` on Lambda. ``sources`` (model -> source) are sent in each event for a
-    function that serves several models; a single-model function reads ``MARK_MODEL_SOURCE``.
+    """``Serverless`` on Lambda. ``sources`` (model -> contract, or a bare source) are sent
+    in each event for a function that serves several models (a model repository in S3:
+    each contract's artifact is there); a single-model function reads ``MARK_MODEL_SOURCE``.
     ``models`` are those the function serves, who share its provisioned concurrency's cost
     (none given: it is charged to the function's name)."""
 
@@ -158,7 +158,7 @@ class AwsLambda(OwnedClient):
         region: str,
         endpoint_url: str | None = None,
         qualifier: str | None = None,
-        sources: Mapping[str, str] | None = None,
+        sources: Mapping[str, Source] | None = None,
         models: Sequence[str] = (),
         memory_mb: int = 2048,
         provisioned_concurrency: int = 0,

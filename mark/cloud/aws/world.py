@@ -53,7 +53,13 @@ def worker_fleet(settings: Settings) -> AwsFleet:
         id=aws.launch_template_id,
         version=aws.launch_template_version,
     )
-    return AwsFleet(aws.region, aws.endpoint_url, aws.cluster, template, subnet_ids=aws.subnet_ids)
+    return AwsFleet(
+        aws.region,
+        aws.endpoint_url,
+        aws.cluster,
+        template,
+        subnet_ids=aws.subnet_ids,
+    )
 
 
 @dataclass
@@ -105,8 +111,10 @@ class AwsWorld:
                 region=aws.region,
                 endpoint_url=aws.lambda_endpoint_url or aws.endpoint_url,
                 qualifier=aws.spill_qualifier,
-                # No model source in the event: a path on this machine means nothing in
-                # Lambda; the deployed function knows its model (MARK_MODEL_SOURCE).
+                # A model from the repository in S3 goes with its contract (the artifact
+                # in S3); no other source: a path on this machine means nothing in
+                # Lambda, and a single-model function knows its model (MARK_MODEL_SOURCE).
+                sources={m.name: m.contract() for m in self.settings.models if m.location},
                 models=self.models,  # who share its provisioned concurrency's cost
                 memory_mb=aws.spill_memory_mb,
                 provisioned_concurrency=aws.spill_provisioned_concurrency,
@@ -173,6 +181,12 @@ class AwsWorld:
                 cost[inst.model] += price
         self.metrics.set_cost_rate(cost)
         await self.metrics.publish(self.clock())
+
+    def use_model(self, spec: ModelSpec, artifact: str) -> None:
+        # Instances fetch the version they are tagged with themselves; the spill function
+        # is told the new contract in each event, for a model from an S3 repository.
+        if self.serverless is not None and spec.location is not None:
+            self.serverless.sources[spec.name] = spec.contract()
 
     def fixed_hourly(self, catalog: Catalog) -> float:
         aws = self.settings.aws

@@ -91,6 +91,9 @@ class AgentSupervisor:
     start_timeout_s: float = 120.0
     probe_every_s: float = 5.0
     probe_timeout_s: float = 5.0
+    versions: dict[tuple[str, str], AgentModel] = field(default_factory=dict)
+    """(model, version) → what an instance tagged with that version runs (a version being
+    rolled to, or from); an instance of any other serves its model's current one."""
     procs: dict[str, AgentProcess] = field(default_factory=dict)
     """Every agent process started and not yet stopped, healthy or not."""
     instance_ids: list[str] = field(default_factory=list)
@@ -150,7 +153,7 @@ class AgentSupervisor:
                 log.error("agent for %s did not start: %s", inst.instance_id, res)
 
     async def _start(self, inst: InstanceInfo) -> None:
-        model = self.models[inst.model]
+        model = self.versions.get((inst.model, inst.version or "")) or self.models[inst.model]
         self._starting.add(inst.instance_id)
         try:
             profile = self.profiles.get(inst.model)
@@ -205,9 +208,14 @@ class AgentSupervisor:
 
 
 async def spawn_agent(
-    model: AgentModel, *args: str, announce: bool = False, cwd: str | None = None
+    model: AgentModel | None,
+    *args: str,
+    announce: bool = False,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> asyncio.subprocess.Process:
-    """An instance agent process for ``model`` (``args`` add to its command line).
+    """An instance agent process for ``model`` (``args`` add to its command line; with no
+    model, they say which: ``--repository R --model M``; ``env`` adds to its environment).
 
     It runs in its own session, so Ctrl-C on the daemon reaches it through us only, and
     ends when this process does (``bouncer.parent_watch``), so none outlives a killed daemon;
@@ -218,8 +226,7 @@ async def spawn_agent(
         sys.executable,
         "-m",
         "bouncer.agent",
-        "--model-contract",
-        model.contract.to_json(),
+        *(("--model-contract", model.contract.to_json()) if model is not None else ()),
         *args,
         cwd=cwd,
         stdout=asyncio.subprocess.PIPE if announce else asyncio.subprocess.DEVNULL,
@@ -230,6 +237,7 @@ async def spawn_agent(
             "OMP_NUM_THREADS": "1",
             TOKEN_ENV: daemon_token(),
             PARENT_ENV: str(os.getpid()),  # it ends when we do, even by kill -9
+            **(env or {}),
         },
     )
 

@@ -117,7 +117,7 @@ def fresh_cluster() -> str:
 class LocalWorld:
     region: str
     catalog: Catalog
-    models: Mapping[str, AgentModel]
+    models: dict[str, AgentModel]
     clock: Callable[[], float]
     boot_delay_s: float = 5.0
     lambda_env: Mapping[str, str] = field(default_factory=dict)
@@ -168,6 +168,17 @@ class LocalWorld:
 
     def observe(self, windows: Sequence[ArrivalWindow], rollups: Sequence[LatencyRollup]) -> None:
         return None
+
+    def use_model(self, spec: ModelSpec, artifact: str) -> None:
+        model = AgentModel(spec.contract(artifact))
+        old = self.models.get(spec.name)
+        self.models[spec.name] = model
+        if self.agents is not None:
+            if old is not None:  # the version rolled from still serves until it is drained
+                self.agents.versions[(spec.name, old.contract.version)] = old
+            self.agents.versions[(spec.name, spec.version)] = model
+        if self.serverless is not None:
+            self.serverless.use(spec.name, model.contract)
 
     def fixed_hourly(self, catalog: Catalog) -> float:
         return 0.0

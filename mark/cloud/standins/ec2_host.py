@@ -4,7 +4,10 @@ moto keeps EC2's *records* (launch, tags, addresses, stop/start) but runs
 nothing. ``Ec2Host`` plays the hypervisor for the aws-world tests: for every
 running instance launched from one launch template, it starts what the
 template's user data starts on AWS (``infra/``) — ``python -m bouncer.agent``
-for the model in the instance's ``mark:model`` tag, on the fixed agent port —
+for the model in the instance's ``mark:model`` tag, on the fixed agent port; with
+a model ``repository``, as the stack's workers do, ``--repository R --model M
+--version V`` from the instance's ``mark:model`` and ``mark:version`` tags, so the
+agent fetches its own model from S3 —
 bound to the instance's *private IP address*, and gives it a metadata service
 of its own (``ImdsStandin``) that a test can arm for a spot reclaim. When the
 instance stops or terminates, the agent is stopped.
@@ -52,6 +55,11 @@ class Ec2Host:
     launch_template_id: str
     agent_port: int
     models: Mapping[str, AgentModel]
+    repository: str | None = None
+    """With it, every instance's agent fetches the model its tags name from here."""
+    data_dir: Path | None = None
+    """With a repository: each instance's agent fetches its model under
+    ``data_dir/<instance id>`` (its ``MARK_DATA_DIR``), as each instance has its own disk."""
     imds_interval_s: float = 0.5
     slowdown: float = 1.0
     hosted: dict[str, HostedInstance] = field(default_factory=dict)
@@ -94,14 +102,35 @@ class Ec2Host:
 
     async def _boot(self, inst: Mapping[str, Any]) -> HostedInstance | None:
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
-        model = self.models.get(tags.get("mark:model", ""))
+        name = tags.get("mark:model", "")
+        model = self.models.get(name)
         address = inst.get("PrivateIpAddress")
-        if model is None or not address:
+        if (model is None and self.repository is None) or not name or not address:
             return None  # nothing this host knows how to run
         imds = ImdsStandin(str(inst["InstanceId"]))
         await imds.start()
-        proc = await spawn_agent(
-            model,
+        if self.repository is not None:  # what the stack's user data runs
+            given = ["--repository", self.repository, "--model", name]
+            if "mark:version" in tags:
+                given += ["--version", tags["mark:version"]]
+            disk = self.data_dir / str(inst["InstanceId"]) if self.data_dir else None
+            env = {"MARK_DATA_DIR": str(disk)} if disk else None
+            args = [*given, *self._args(str(address), imds)]
+            proc = await spawn_agent(None, *args, cwd=str(_ROOT), env=env)
+        else:
+            proc = await spawn_agent(model, *self._args(str(address), imds), cwd=str(_ROOT))
+        log.info(
+            "booted %s (%s) at %s:%d (pid %d)",
+            inst["InstanceId"],
+            name,
+            address,
+            self.agent_port,
+            proc.pid,
+        )
+        return HostedInstance(str(inst["InstanceId"]), str(address), name, proc, imds)
+
+    def _args(self, address: str, imds: ImdsStandin) -> list[str]:
+        return [
             "--host",
             address,
             "--port",
@@ -112,12 +141,7 @@ class Ec2Host:
             imds.url,
             "--imds-interval",
             str(self.imds_interval_s),
-            cwd=str(_ROOT),
-        )
-        log.info(
-            "booted %s at %s:%d (pid %d)", inst["InstanceId"], address, self.agent_port, proc.pid
-        )
-        return HostedInstance(str(inst["InstanceId"]), str(address), tags["mark:model"], proc, imds)
+        ]
 
     async def _stop(self, hosted: HostedInstance) -> None:
         await stop_agent(hosted.process)

@@ -18,8 +18,7 @@ so the adapter runs unchanged with its endpoint pointed here:
   runtime is pre-initialised.
 
 Not emulated: asynchronous invocation, versions and aliases (any qualifier
-runs the same code), the event's ``source`` (the deployed function knows its
-models, as a function deployed with ``MARK_MODEL_SOURCE`` does), and the
+runs the same code), and the
 ``Max Memory Used`` field of the report.
 """
 
@@ -34,6 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bouncer.contract import ModelContract
 from mark.cloud.local.lambda_ import PAYLOAD_LIMIT, LocalLambda
 from mark.errors import (
     CloudError,
@@ -99,7 +99,17 @@ class LambdaApi:
             event = json.loads(raw)
             model, instances = str(event["model"]), list(event["instances"])
             dtype = str(event.get("dtype", "float32"))
-        except (ValueError, KeyError, TypeError):
+            # The event's own model, if it names one (a contract or a source), is the
+            # runtime's to load, as on AWS; else the backend's configured one.
+            given = event.get("contract") or event.get("source")
+            source = (
+                ModelContract.from_json(json.dumps(given))
+                if isinstance(given, dict)
+                else str(given)
+                if given
+                else None
+            )
+        except (ValueError, KeyError, TypeError):  # a ContractError is a ValueError
             return _error(400, "InvalidRequestContentException", "Could not parse request body")
         self.invocations += 1
         self.pings += not instances
@@ -107,7 +117,7 @@ class LambdaApi:
         headers = {"X-Amz-Executed-Version": "$LATEST", "X-Amzn-RequestId": request_id}
         report = ""
         try:
-            result = await self.backend.invoke(model, instances, dtype)
+            result = await self.backend.invoke(model, instances, dtype, source=source)
             body: dict[str, Any] = {
                 "model": model,
                 "outputs": list(result.outputs),

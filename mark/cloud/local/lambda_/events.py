@@ -9,10 +9,11 @@ from typing import Any
 
 from bouncer.contract import ModelContract
 from mark.cloud.local.lambda_.records import Done
+from mark.cloud.spill_event import spill_event
 from mark.errors import PayloadTooLarge, SpillError, SpillRejected
-from mark.ports import SpillResult
+from mark.ports import SPILL_PAYLOAD_LIMIT, SpillResult
 
-PAYLOAD_LIMIT = 6 * 1024 * 1024  # synchronous invoke: request and response, as on AWS
+PAYLOAD_LIMIT = SPILL_PAYLOAD_LIMIT  # as on AWS
 
 
 def encode_event(
@@ -24,11 +25,7 @@ def encode_event(
     """The event ``lambda_handlers.spill`` reads: ``{"model", "instances", "dtype",
     "contract"? | "source"?}``; the handler loads the model the contract describes (or
     the bare source) and decodes the rows as its input's type."""
-    event: dict[str, Any] = {"model": model, "instances": instances, "dtype": dtype}
-    if isinstance(source, ModelContract):
-        event["contract"] = json.loads(source.to_json())
-    elif source is not None:
-        event["source"] = source
+    event = spill_event(model, instances, source, dtype)
     try:
         payload = json.dumps(event, separators=(",", ":")).encode()
     except (TypeError, ValueError) as exc:

@@ -19,6 +19,7 @@ from mark.cloud.local.lambda_.pool import RuntimePool
 from mark.cloud.local.lambda_.process import RuntimeLauncher
 from mark.cloud.local.lambda_.records import Done, Invocation, Runtime
 from mark.cloud.local.lambda_.supervisor import RuntimeSupervisor
+from mark.cloud.spill_event import Source
 from mark.errors import SpillError, SpillTimeout
 from mark.ports import SpillResult
 from mark.state.records import LedgerEntry
@@ -116,10 +117,23 @@ class LocalLambda:
 
     # ---- the Serverless port -------------------------------------------------------------
 
-    async def invoke(self, model: str, batch: Sequence[Any], dtype: str = "float32") -> SpillResult:
+    async def invoke(
+        self,
+        model: str,
+        batch: Sequence[Any],
+        dtype: str = "float32",
+        *,
+        source: Source | None = None,
+    ) -> SpillResult:
         """Run one batch of ``dtype`` rows on a runtime (warm if one is idle); raise a
-        ``SpillError`` otherwise."""
-        payload = self._event(model, [plain(x) for x in batch], dtype)
+        ``SpillError`` otherwise. ``source``: the model's contract or source for this
+        event, instead of the one configured (an event that carries its own)."""
+        rows = [plain(x) for x in batch]
+        payload = (
+            encode_event(model, rows, source, dtype)
+            if source is not None
+            else self._event(model, rows, dtype)
+        )
         rt = await self._acquire(wait=True)
         assert rt is not None
         done = await self._dispatch_to(rt, model, payload)
@@ -174,6 +188,10 @@ class LocalLambda:
     def take_charges(self) -> list[LedgerEntry]:
         """Charges since the last call, one ledger entry per model, for ``Store.add_charges``."""
         return self._meter.take_charges()
+
+    def use(self, model: str, source: Source) -> None:
+        """From now on, events for ``model`` carry ``source`` (a new version's contract)."""
+        self._models[model] = absolute_source(source)
 
     # ---- invocations ---------------------------------------------------------------------
 
