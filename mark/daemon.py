@@ -51,7 +51,6 @@ from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
 from bouncer.latency import BatchLatency
-from bouncer.miss_budget import MissBudget
 from mark.catalog import Catalog, load_catalog
 from mark.clock import WallClock
 from mark.config import Settings
@@ -61,6 +60,7 @@ from mark.control.profiles import rate_options
 from mark.errors import StoreError
 from mark.ports import Fleet, Serverless
 from mark.reload import reload_models, turned_back
+from mark.serve.api_state import model_request_path
 from mark.serve.auth import (
     FIRST_KEY_SCOPES,
     KEY_FILE,
@@ -70,10 +70,9 @@ from mark.serve.auth import (
     read_key_file,
     split_token,
 )
-from mark.serve.dispatcher import Backend, Dispatcher, Dispatchers
+from mark.serve.dispatcher import Backend, Dispatchers
 from mark.serve.endpoint import STATE, Served, build_app
 from mark.serve.intake import Intake, Phase
-from mark.serve.telemetry import Telemetry
 from mark.state import (
     ApiKeyRecord,
     Outbox,
@@ -141,33 +140,9 @@ def serving(
     serverless: Serverless | None,
 ) -> dict[str, Served]:
     """A started dispatcher and its telemetry per configured model: the request path."""
-    models: dict[str, Served] = {}
-    for m in settings.models:
-        tel = Telemetry(
-            m.name,
-            m.slo.rt_max_ms,
-            settings.timings.sample_window_s,
-            recent_size=settings.slo_monitor.last_m,
-            started_at=clock(),
-        )
-        budget = (
-            MissBudget(m.slo.sl_min, m.slo.decline_share, window_s=m.slo.period_s)
-            if serverless is not None and m.slo.decline_share > 0
-            else None
-        )
-        disp = Dispatcher(
-            m.name,
-            m.slo.rt_max_ms / 1000.0,
-            m.input_tensor.dtype,
-            clock,
-            session,
-            serverless,
-            tel,
-            budget=budget,
-        )
-        disp.start()
-        models[m.name] = Served(m, disp, tel)
-    return models
+    return {
+        m.name: model_request_path(settings, m, clock, session, serverless) for m in settings.models
+    }
 
 
 def drain_bound(settings: Settings, models: dict[str, Served]) -> float:
@@ -226,6 +201,8 @@ class Running:
     """(model, version) a reload refused or a roll turned back from: not tried again."""
     reload_now: asyncio.Event = field(default_factory=asyncio.Event)
     """Set (SIGHUP) to read the model repository again at once."""
+    reloads: int = 0
+    """How many times the model repository was read again (done, or failed)."""
 
 
 async def _flush(run: Running, everything: bool = False) -> None:
@@ -521,7 +498,9 @@ async def _start_control(run: Running, clock: WallClock) -> bool:
     )
     run.runner.app[STATE].more_metrics = lambda: controller.prometheus() + _store_metrics(store)
     controller.health = run.health.view
-    controller.rollouts.on_version = lambda back: turned_back(run, run.refused, back)
+    controller.rollouts.on_version = lambda back: turned_back(
+        run.models, run.refused, run.world, back
+    )
     # A retired instance first gets no new batch and finishes the ones it has.
     controller.draining = Dispatchers(
         [s.dispatcher for s in run.models.values() if s.dispatcher is not None]
@@ -542,9 +521,10 @@ async def _reloads(run: Running) -> None:
             await asyncio.wait_for(run.reload_now.wait(), poll_s)
         run.reload_now.clear()
         try:
-            await reload_models(run, run.refused)
+            await reload_models(run)
         except Exception:  # one failed read must not stop the polls; the next one retries
             log.exception("reading the model repository again failed")
+        run.reloads += 1
 
 
 def _control_tasks(run: Running, clock: WallClock) -> None:
@@ -555,8 +535,6 @@ def _control_tasks(run: Running, clock: WallClock) -> None:
     run.tasks.append(asyncio.create_task(controller.run(clock)))
     run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))
     run.tasks.append(asyncio.create_task(_handle_interruptions(run)))
-    if run.settings.repository is not None:
-        run.tasks.append(asyncio.create_task(_reloads(run)))
     if world.interruptions is not None:
         run.tasks.append(asyncio.create_task(world.interruptions.run()))
 
@@ -612,6 +590,8 @@ async def start(settings: Settings) -> Running:
     freeze_long_lived()  # before the first request, which a full collection would stall
     intake.open()
     _control_tasks(run, clock)
+    if settings.repository is not None:
+        run.tasks.append(asyncio.create_task(_reloads(run)))
     run.jobs = world.jobs(catalog)
     for job in run.jobs:
         run.tasks.append(asyncio.create_task(_every(job.every_s, job.name, job.run)))

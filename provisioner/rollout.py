@@ -33,6 +33,10 @@ class Rollout:
     target: str
     previous: str | None
     since: float
+    launched: frozenset[str] = frozenset()
+    """The target version's instances seen so far."""
+    ready: frozenset[str] = frozenset()
+    """Those of them seen ready."""
 
 
 @dataclass(frozen=True)
@@ -64,17 +68,31 @@ def rollout_step(
     waits before ending outdated instances, so the plan has bought the new ones."""
     serving = _serving(fleet, model)
     fresh = [m for m in serving if m.version == roll.target]
-    late = [m for m in fresh if m.state != "ready" and now - m.launched_at > boot_deadline_s]
-    if late and roll.previous is not None:
+    here = {m.instance_id for m in fresh}
+    # Not ready by the boot deadline, or gone without ever being ready (the health rule
+    # ended it at that deadline): the version does not come up on this hardware.
+    late = [
+        m.instance_id
+        for m in fresh
+        if m.state != "ready" and now - m.launched_at >= boot_deadline_s
+    ]
+    lost = sorted(roll.launched - roll.ready - here)
+    if (late or lost) and roll.previous is not None:
+        failed = (late + lost)[0]
         why = (
-            f"version {roll.target}: {late[0].instance_id} ({late[0].instance_type}) not ready "
-            f"{boot_deadline_s:g} s after its launch; back to version {roll.previous}"
+            f"version {roll.target}: its instance {failed} never got ready within "
+            f"{boot_deadline_s:g} s of its launch; back to version {roll.previous}"
         )
         back = rollout_step(
             model, Rollout(roll.previous, None, now), fleet, now, boot_deadline_s, settle_s
         )
-        note = Note("rollback", why, late[0].instance_type, late[0].market, len(late))
+        note = Note("rollback", why, count=len(late) + len(lost))
         return replace(back, rolled_back=True, notes=(note, *back.notes))
+    roll = replace(
+        roll,
+        launched=roll.launched | here,
+        ready=roll.ready | {m.instance_id for m in fresh if m.state == "ready"},
+    )
     outdated = [m for m in serving if m.version is not None and m.version != roll.target]
     if not outdated:
         done = Note("rollout-done", f"every serving instance runs version {roll.target}")

@@ -183,6 +183,37 @@ class Controller:
         self._use(spec)
         self.rollouts.start(old, spec, now)
 
+    async def add_model(
+        self,
+        spec: ModelSpec,
+        options: Sequence[PlannerOption],
+        sources: Mapping[str, str],
+        standby_capacity_rps: float,
+        predictor: OnlinePredictor,
+    ) -> None:
+        """Serve a model added while mark runs: the next step plans it."""
+        async with self._lock:
+            models = (*[m for m in self.settings.models if m.name != spec.name], spec)
+            self.settings = self.settings.model_copy(update={"models": models})
+            self.options[spec.name] = list(options)
+            self.profile_sources[spec.name] = dict(sources)
+            self.standby_capacity[spec.name] = standby_capacity_rps
+            history = self._parts.history
+            history.predictors = {**history.predictors, spec.name: predictor}
+            self._parts.reconciler.versions[spec.name] = spec.version
+
+    async def remove_model(self, name: str) -> None:
+        """Stop planning a model removed while mark runs: its instances are then the orphan
+        sweep's (``removed-model``), ended after ``control.orphan_grace_s``."""
+        async with self._lock:
+            models = tuple(m for m in self.settings.models if m.name != name)
+            self.settings = self.settings.model_copy(update={"models": models})
+            for table in (self.options, self.profile_sources, self.standby_capacity):
+                table.pop(name, None)
+            self._parts.reconciler.versions.pop(name, None)
+            self.rollouts.under_way.pop(name, None)
+            self.rollouts.rolled_from.pop(name, None)
+
     async def note(self, model: str, now: float, notes: Sequence[Note]) -> None:
         """Record decisions taken outside a step (a version refused, a roll started)."""
         await self._parts.recorder.record(model, now, notes)

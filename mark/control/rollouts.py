@@ -18,8 +18,8 @@ from mark.config import ModelSpec
 from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
 from mark.control.snapshot import snapshot
+from mark.control.step_runner import terminate
 from mark.ports import InstanceInfo
-from provisioner.control_state import Note
 from provisioner.health_step import HealthFact, with_readiness
 from provisioner.rollout import SERVES, Rollout, rollout_step
 
@@ -82,12 +82,7 @@ class Rollouts:
                 if self.on_version is not None:
                     self.on_version(back)
         if step.retire:
-            error = await reconciler.terminate(step.retire)
-            if error is not None:
-                notes.append(Note("retire-failed", error))
-            else:
-                gone = [i for i in fleet if i.instance_id in step.retire]
-                await recorder.bill_retired(name, step.retire, gone, now)
+            notes += await terminate(name, step.retire, fleet, now, recorder, reconciler)
         if step.roll is None:
             self.under_way.pop(name, None)
             self.rolled_from.pop(name, None)

@@ -301,14 +301,26 @@ async def run_health_step(
     snap = snapshot(model, now, mine, price, ())
     change, notes, state = health_step(snap, state, facts, cfg, since)
     if change is not None:
-        error = await reconciler.terminate(change.instance_ids)
-        if error is not None:
-            notes.append(Note("retire-failed", error))
-        else:
-            gone = [i for i in everything if i.instance_id in change.instance_ids]
-            await recorder.bill_retired(model, change.instance_ids, gone, now)
+        notes += await terminate(model, change.instance_ids, everything, now, recorder, reconciler)
     await recorder.record(model, now, notes)
     return change is not None, state
+
+
+async def terminate(
+    model: str,
+    ids: Sequence[str],
+    everything: Sequence[InstanceInfo],
+    now: float,
+    recorder: Recorder,
+    reconciler: Reconciler,
+) -> list[Note]:
+    """Drain and terminate ``ids``, billing each to now; a note if the cloud refused."""
+    error = await reconciler.terminate(ids)
+    if error is not None:
+        return [Note("retire-failed", error)]
+    gone = [i for i in everything if i.instance_id in ids]
+    await recorder.bill_retired(model, ids, gone, now)
+    return []
 
 
 async def start_standbys(

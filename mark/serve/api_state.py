@@ -1,15 +1,18 @@
-"""What the endpoint's handlers share: each model's dispatcher and telemetry, the app's
-state, and the few helpers every route answers with."""
+"""What the endpoint's handlers share: each model's dispatcher and telemetry (``Served``,
+made by ``model_request_path``), the app's state, and the few helpers every route answers with."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+import aiohttp
 from aiohttp import web
 
+from bouncer.miss_budget import MissBudget
 from bouncer.wire import SERVED_BY_HEADER, dump_json
 from mark.config import ModelSpec, Settings
+from mark.ports import Serverless
 from mark.serve.auth import sees_internals
 from mark.serve.codec import BadRequest
 from mark.serve.dispatcher import Dispatcher, Outcome
@@ -107,3 +110,37 @@ NOT_SERVABLE = "no instance and no spill function can serve it now"
 
 def not_ready(state: ApiState) -> str:
     return state.intake.refusal or NOT_SERVABLE
+
+
+def model_request_path(
+    settings: Settings,
+    m: ModelSpec,
+    clock: Callable[[], float],
+    session: aiohttp.ClientSession,
+    serverless: Serverless | None,
+) -> Served:
+    """One model's request path: its telemetry and its started dispatcher."""
+    tel = Telemetry(
+        m.name,
+        m.slo.rt_max_ms,
+        settings.timings.sample_window_s,
+        recent_size=settings.slo_monitor.last_m,
+        started_at=clock(),
+    )
+    budget = (
+        MissBudget(m.slo.sl_min, m.slo.decline_share, window_s=m.slo.period_s)
+        if serverless is not None and m.slo.decline_share > 0
+        else None
+    )
+    disp = Dispatcher(
+        m.name,
+        m.slo.rt_max_ms / 1000.0,
+        m.input_tensor.dtype,
+        clock,
+        session,
+        serverless,
+        tel,
+        budget=budget,
+    )
+    disp.start()
+    return Served(m, disp, tel)

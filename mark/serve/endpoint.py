@@ -151,8 +151,9 @@ def build_app(
     app = web.Application(client_max_size=settings.api.max_body_bytes, middlewares=middlewares)
     if settings.api.auth:
         app[AUTH] = Auth(keys if keys is not None else KeyCache(), settings.api, _needs)
+    # The daemon's own dict, not a copy: a model added or removed while it runs is seen.
     served = (
-        dict(models)
+        (models if isinstance(models, dict) else dict(models))
         if models is not None
         else {m.name: Served(m, None, None) for m in settings.models}
     )

@@ -101,6 +101,7 @@ class SimFleet:
                 request.role,
                 now,
                 address=f"sim://{iid}",
+                version=request.version,
             )
             self._instances[iid] = inst
             self._ready_at[iid] = now + self.boot_delay_s(request.instance_type)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,66 @@ async def test_an_onnx_and_a_torchscript_model_serve_side_by_side(
         assert served_by.startswith("i-")  # an instance of its own model
         mlp_backends = run.models["mlp"].dispatcher.backends  # type: ignore[union-attr]
         assert set(served_by.split(",")) <= set(mlp_backends)
+    finally:
+        await stop(run)
+    assert left_behind(os.getpid(), children_before) == []
+
+
+@pytest.mark.slow
+async def test_models_added_to_and_removed_from_the_repository_while_it_serves(
+    tmp_path: Path, children_before: frozenset[int]
+) -> None:
+    """Read again (SIGHUP's path): a model added answers, a model removed is 404, and a
+    model whose new version does not load is refused while its old version serves on."""
+    root = tmp_path / "models"
+    mlp_torchscript(root / "mlp" / "1" / "model.pt")
+    (root / "mlp" / "model.yaml").write_text(yaml.safe_dump(MLP))
+    settings = load_settings(
+        overrides={
+            "data_dir": str(tmp_path),
+            "repository": str(root),
+            "repository_poll_s": 0,
+            "api": {"port": 0},
+            "local": {"control_loop": False, "boot_delay_s": 0, "lambda_concurrency": 1},
+        }
+    )
+    from mark.cli.model_checks import checked
+
+    run = await start(checked(settings))
+    try:
+        token = await admin_key(run)
+        headers = {"Authorization": f"Bearer {token}"}
+
+        async def status(model: str) -> int:
+            async with (
+                aiohttp.ClientSession(headers=headers) as s,
+                s.get(f"{run.url}/v2/models/{model}") as r,
+            ):
+                return r.status
+
+        async def reread() -> None:
+            done = run.reloads + 1
+            run.reload_now.set()
+            deadline = time.monotonic() + 60
+            while run.reloads < done:
+                assert time.monotonic() < deadline, "the repository was not read again"
+                await asyncio.sleep(0.2)
+
+        assert await status("ranker") == 404
+        two_io_onnx(root / "ranker" / "1" / "model.onnx")
+        (root / "ranker" / "model.yaml").write_text(yaml.safe_dump(RANKER))
+        await reread()
+        assert await status("ranker") == 200
+        await _ranker_via_triton(run, token, 4, True)  # spilled: no instance, the new contract
+        (root / "mlp" / "2").mkdir()
+        (root / "mlp" / "2" / "model.pt").write_bytes(b"not TorchScript")
+        await reread()
+        assert run.models["mlp"].spec.version == "1"  # version 2 refused: 1 serves on
+        assert ("mlp", "2") in run.refused
+        assert await _mlp_via_v1(run, token) == "lambda"
+        shutil.rmtree(root / "mlp")
+        await reread()
+        assert await status("mlp") == 404 and "mlp" not in run.models
     finally:
         await stop(run)
     assert left_behind(os.getpid(), children_before) == []

@@ -1018,3 +1018,82 @@ async def test_load_outrunning_the_plan_is_planned_for_before_the_next_step(
             assert await ctl.react(clock.now()) == []
         finally:
             await store.close()
+
+
+async def test_a_version_rolls_then_one_never_ready_turns_back(tmp_path: Path) -> None:
+    """The controller's roll on a simulated fleet with agents' health: version 2's
+    instances are bought and, once ready, version 1's drain and end; version 3's never
+    get ready, so the roll turns back to 2 (the daemon is told) and 3's instances go."""
+    from mark.control.health import HealthTracker
+
+    settings = load_settings(
+        overrides={
+            "offerings": {"types": ["c5.large"], "markets": ["on-demand"], "standby_types": []},
+            "timings": {"cooldown_s": 5000, "warm_start_s": None, "boot_deadline_s": 300},
+        }
+    )
+    spec = settings.models[0]
+    catalog = load_catalog()
+    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+    options = build_options(spec, catalog, ["c5.large"], [Market.ON_DEMAND], lat, 90.0)
+    clock = ManualClock(T0)
+    fleet = SimFleet(catalog, clock.now, boot_delay_s=lambda _t: 60.0)
+    health = HealthTracker()
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        await store.add_arrivals(
+            [ArrivalWindow(spec.name, T0 - 3600 + 5 * k, 5.0, 100) for k in range(720)]
+        )
+        ctl = Controller(settings, fleet, store, {spec.name: options})
+        ctl.health = health.view
+        drained = _Draining(fleet)
+        ctl.draining = drained
+        told: list[str] = []
+        ctl.rollouts.on_version = lambda back: told.append(back.version)
+
+        ok: set[str | None] = set()  # versions whose agents answer ready
+
+        async def sync() -> None:  # the daemon's agent sync, as the health tracker sees it
+            live = [i for i in await fleet.list() if i.state is InstanceState.RUNNING]
+            serving = [i.instance_id for i in live if i.version in ok]
+            health.observe(clock.now(), [i.instance_id for i in live], serving)
+
+        async def step() -> None:
+            await sync()
+            await ctl.step(clock.now())
+
+        async def live_versions() -> list[str]:
+            listed = await fleet.list()
+            return sorted(i.version or "" for i in listed if i.state is InstanceState.RUNNING)
+
+        ok.add("1")
+        await step()  # version 1 (the spec's) bought
+        clock.advance(60)
+        await step()
+        first = await live_versions()
+        assert first and set(first) == {"1"}
+
+        ctl.roll_to(spec.model_copy(update={"version": "2"}), clock.now())
+        await step()  # the plan, without version 1's instances, buys version 2's
+        clock.advance(30)
+        await step()
+        assert set(await live_versions()) == {"1"}  # 2's are booting; 1 serves on
+        clock.advance(40)
+        ok.add("2")
+        await step()  # 2's ready: 1's drain and end
+        assert set(await live_versions()) == {"2"} and drained.retired
+        clock.advance(60)
+        await step()
+        assert spec.name not in ctl.rollouts.under_way  # over
+
+        ctl.roll_to(spec.model_copy(update={"version": "3"}), clock.now())
+        await step()  # buys 3's, which never report ready
+        for _ in range(7):
+            clock.advance(60)
+            await step()
+        assert told == ["2"] and ctl.settings.models[0].version == "2"
+        assert set(await live_versions()) == {"2"}
+        actions = [d.action for d in await store.decisions(0, 1e12)]
+        assert actions.index("rollout") < actions.index("rollback")
+    finally:
+        await store.close()

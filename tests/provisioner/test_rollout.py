@@ -20,10 +20,12 @@ def test_old_instances_serve_until_every_new_one_is_ready_then_go() -> None:
     fleet = [_m("old-1", "2"), _m("old-2", "2"), _m("new-1", "3", "running", at=105.0)]
     waiting = rollout_step("m", ROLL, fleet, 120.0, BOOT_DEADLINE, SETTLE)
     assert waiting.outdated == {"old-1", "old-2"} and waiting.retire == ()
-    assert waiting.roll == ROLL and not waiting.notes
+    assert waiting.roll is not None and not waiting.notes
+    assert (waiting.roll.target, waiting.roll.launched) == ("3", frozenset({"new-1"}))
     ready = [*fleet[:2], _m("new-1", "3", at=105.0)]
-    step = rollout_step("m", ROLL, ready, 130.0, BOOT_DEADLINE, SETTLE)
-    assert step.retire == ("old-1", "old-2") and step.roll == ROLL
+    step = rollout_step("m", waiting.roll, ready, 130.0, BOOT_DEADLINE, SETTLE)
+    assert step.retire == ("old-1", "old-2") and step.roll is not None
+    assert step.roll.ready == {"new-1"}
     assert [n.action for n in step.notes] == ["rollout"]
     done = rollout_step("m", ROLL, [ready[2]], 140.0, BOOT_DEADLINE, SETTLE)
     assert done.roll is None and [n.action for n in done.notes] == ["rollout-done"]
@@ -40,8 +42,9 @@ def test_nothing_goes_before_the_plan_had_a_step_to_buy_the_new_version() -> Non
 
 def test_a_new_instance_not_ready_by_the_boot_deadline_turns_the_roll_back() -> None:
     fleet = [_m("old-1", "2"), _m("new-1", "3", "running", at=100.0)]
-    step = rollout_step("m", ROLL, fleet, 161.0, BOOT_DEADLINE, SETTLE)
-    assert step.rolled_back and step.roll == Rollout("2", None, 161.0)
+    step = rollout_step("m", ROLL, fleet, 160.0, BOOT_DEADLINE, SETTLE)
+    old = frozenset({"old-1"})
+    assert step.rolled_back and step.roll == Rollout("2", None, 160.0, old, old)
     assert step.outdated == {"new-1"} and step.retire == ()  # the old version serves on
     assert [n.action for n in step.notes] == ["rollback"] and "back to version 2" in (
         step.notes[0].reason
@@ -50,6 +53,18 @@ def test_a_new_instance_not_ready_by_the_boot_deadline_turns_the_roll_back() -> 
     assert step.roll is not None
     after = rollout_step("m", step.roll, fleet, 172.0, BOOT_DEADLINE, SETTLE)
     assert after.retire == ("new-1",) and not after.rolled_back
+
+
+def test_a_new_instance_gone_without_ever_being_ready_turns_the_roll_back() -> None:
+    """The health rule ended it at the boot deadline before the roll saw it late: with no
+    new instance left, the old ones must not be ended as if the plan had bought none."""
+    booting = [_m("old-1", "2"), _m("new-1", "3", "running", at=100.0)]
+    seen = rollout_step("m", ROLL, booting, 150.0, BOOT_DEADLINE, SETTLE)
+    assert seen.roll is not None and seen.retire == ()
+    step = rollout_step("m", seen.roll, booting[:1], 161.0, BOOT_DEADLINE, SETTLE)
+    assert (
+        step.rolled_back and step.retire == () and "new-1 never got ready" in (step.notes[0].reason)
+    )
 
 
 def test_untagged_instances_other_models_and_standbys_are_left_alone() -> None:
