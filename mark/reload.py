@@ -74,8 +74,22 @@ class Daemon(Protocol):
 
 
 def _changed(old: ModelSpec, new: ModelSpec) -> bool:
-    """Whether ``new`` is another version to serve: its version, or what it declares."""
-    return old.version != new.version or old.contract(old.source) != new.contract(new.source)
+    """Whether ``new`` (as read) is another version than ``old`` (as served, its output
+    shapes perhaps learnt by its check): its version, artifact or declared tensors. A
+    version directory whose files change in place is the same version: publish a new one."""
+    if (old.version, old.model_format, old.source, old.inputs) != (
+        new.version,
+        new.model_format,
+        new.source,
+        new.inputs,
+    ):
+        return True
+    if [(o.name, o.dtype) for o in old.outputs] != [(o.name, o.dtype) for o in new.outputs]:
+        return True
+    return any(
+        n.shape is not None and n.shape != o.shape
+        for o, n in zip(old.outputs, new.outputs, strict=True)
+    )
 
 
 async def read_repository(repository: str, cache: Path) -> list[ModelSpec]:

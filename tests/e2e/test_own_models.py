@@ -29,6 +29,7 @@ from mark.catalog import Market
 from mark.config import load_settings
 from mark.daemon import Running, start, stop
 from mark.ports import LaunchRequest
+from mark.reload import reload_models
 from tests.e2e.test_local_world import admin_key
 from tests.model_zoo import (
     mlp_module,
@@ -242,6 +243,8 @@ async def test_models_added_to_and_removed_from_the_repository_while_it_serves(
         await reread()
         assert await status("ranker") == 200
         await _ranker_via_triton(run, token, 4, True)  # spilled: no instance, the new contract
+        # Read again with nothing changed (mlp's output shape learnt, not declared): nothing.
+        assert await reload_models(run) == []
         (root / "mlp" / "2").mkdir()
         (root / "mlp" / "2" / "model.pt").write_bytes(b"not TorchScript")
         await reread()
