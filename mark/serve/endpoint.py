@@ -103,7 +103,11 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return json_response(openapi_document(request.app[STATE].settings))
+    """The document of the models served now (a repository read again may have changed
+    them since start)."""
+    state = request.app[STATE]
+    models = tuple(s.spec for s in state.models.values())
+    return json_response(openapi_document(state.settings.model_copy(update={"models": models})))
 
 
 ROUTE_SCOPES: dict[Handler, str | None] = {live: None, ready: None, metrics: METRICS}

@@ -243,6 +243,12 @@ async def test_models_added_to_and_removed_from_the_repository_while_it_serves(
         await reread()
         assert await status("ranker") == 200
         await _ranker_via_triton(run, token, 4, True)  # spilled: no instance, the new contract
+        async with (
+            aiohttp.ClientSession(headers=headers) as s,
+            s.get(f"{run.url}/openapi.json") as r,
+        ):
+            paths = (await r.json())["paths"]
+        assert any("ranker" in str(p) for p in paths.values())  # documented as served now
         # Read again with nothing changed (mlp's output shape learnt, not declared): nothing.
         assert await reload_models(run) == []
         (root / "mlp" / "2").mkdir()
