@@ -444,8 +444,13 @@ async def test_a_model_with_no_profile_is_profiled_by_mark_and_served(
         await _until("a serving c5.large was bought", served_by_c5, within=60)
         stored = await run.store.profiles("digits")
         assert [(p.instance_type, p.source) for p in stored] == [("c5.large", "measured")]
+
+        async def explorer_retired() -> bool:
+            # Recorded as that step ends: after the launch the fleet already lists.
+            return any(d.action == "explore-done" for d in await run.store.decisions(0, 1e12))
+
+        await _until("the explorer's retirement was recorded", explorer_retired, within=30)
         decisions = await run.store.decisions(0, 1e12)
-        assert any(d.action == "explore-done" for d in decisions)
         assert not any(d.action in ("spend-rail", "explore-held") for d in decisions)
     finally:
         await stop(run)
