@@ -3,7 +3,7 @@
 A model has named inputs and named outputs, each a ``TensorSpec``: its element
 type and one instance's shape (no batch dimension), where ``-1`` is a variable
 dimension (a sequence length, say). Requests are batched only with requests of
-the same instance shapes (``shape_key``), so a model with a variable dimension
+the same instance shapes (``mark.serve.dispatcher``), so a model with a variable dimension
 sees batches of one length each, as Triton's dynamic batcher forms them.
 
 The contract travels as JSON (``to_json``/``from_json``) from the daemon to its
@@ -172,11 +172,6 @@ def legacy_contract(name: str, source: str, shape: tuple[int, ...], dtype: str) 
         inputs=(TensorSpec("input", dtype, shape),),
         outputs=(TensorSpec("output", "float32", None),),
     )
-
-
-def shape_key(row: Mapping[str, np.ndarray[Any, Any]]) -> tuple[tuple[int, ...], ...]:
-    """The instance shapes of one request's row: rows batch together only when equal."""
-    return tuple(tuple(a.shape) for a in row.values())
 
 
 def check_outputs(contract: ModelContract, outputs: Mapping[str, Any], batch: int) -> Inputs:

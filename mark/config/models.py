@@ -221,10 +221,6 @@ class ModelSpec(_Strict):
     def input_tensor(self) -> TensorSpec:
         return self.inputs[0].spec()
 
-    @property
-    def output_tensor(self) -> TensorSpec:
-        return self.outputs[0].spec()
-
     def contract(self, artifact: str | None = None) -> ModelContract:
         """What runners load; ``artifact`` replaces the source (the demo model built on
         this machine, a file fetched from S3)."""

@@ -32,7 +32,7 @@ def test_the_highest_version_is_served_with_its_format_default_artifact(tmp_path
     assert (spec.name, spec.version, spec.model_format) == ("ranker", "10", "onnx")
     assert spec.source == str(d / "10" / "model.onnx")
     assert spec.input_tensor.shape == (-1, 4) and spec.input_tensor.dtype == "float16"
-    assert spec.output_tensor.shape is None  # undeclared: learnt when checked
+    assert spec.outputs[0].shape is None  # undeclared: learnt when checked
     pinned = ModelSpec.model_validate({"path": str(d), "version": "2"})
     assert pinned.source == str(d / "2" / "model.onnx")
     with pytest.raises(ValidationError, match="has versions 1, 2, 10, not 3"):
