@@ -43,14 +43,12 @@ DECLINED_ERROR = (
 BUCKET_S = 10.0
 """The counts are kept in buckets of this many seconds; the window drops whole buckets."""
 
-DEFAULT_SHARE = 0.9
-"""Nine tenths of the allowance may be spent declining; a tenth, or the involuntary misses
-again if more, is kept for the misses nobody chooses. Not all: the misses counted are
-those known so far, and a burst of cold Lambdas or an overrunning instance after a
-window's last decline would push it over; an SLO's owner also reads it over windows of
-their own. It was 0.75: on Inception-v3, Twitter day 10, the involuntary misses were
-0.06 % of the requests against the 0.5 % that quarter kept, and the rest went to Lambda
-(``experiments/table5/README.md``)."""
+DEFAULT_SHARE = 0.0
+"""Declines are opt-in: a user who asked for 98 % of requests within RT_max did not ask
+to have any refused, and no baseline refuses one. A model that sets ``slo.decline_share``
+(0.9: nine tenths of the allowance, a tenth or the involuntary misses again kept for the
+misses nobody chooses) trades refused requests for Lambda charges; what that saves and
+how many it refuses is measured in ``experiments/windows``."""
 
 DEFAULT_PERIOD_S = 86_400.0
 """The SLO's period, over which SL_min is kept (``slo.period_s``): a day by default.

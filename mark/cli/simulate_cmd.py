@@ -317,7 +317,7 @@ def simulate(
         max=1.0,
         help="mark policies: share of the SLO's miss allowance (1 - SL_min) spent declining "
         "requests that would spill to Lambda (default: the model spec's, "
-        f"{DEFAULT_DECLINE_SHARE:g}; 0 never declines)",
+        f"{DEFAULT_DECLINE_SHARE:g}: never; 0.9 spends nine tenths of it)",
     ),
     slo_period: float | None = typer.Option(
         None,

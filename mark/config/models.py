@@ -51,7 +51,7 @@ class SLO(_Strict):
         description="share of the miss allowance (1 - SL_min) mark may spend declining, with "
         "an immediate explicit error, requests no instance can finish in time instead of "
         "paying Lambda for them; the rest, and at least as many as the misses nobody chose so "
-        "far, is kept for misses nobody chooses. 0: never decline",
+        "far, is kept for misses nobody chooses. 0 (the default): never decline, spill all",
     )
     period_s: float = Field(
         default=DEFAULT_PERIOD_S,

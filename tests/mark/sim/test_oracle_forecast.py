@@ -39,7 +39,8 @@ def test_it_forecasts_the_next_minutes_true_peaks_and_holds_the_last_past_the_en
 
 async def test_a_perfect_forecast_buys_before_the_surge_where_the_last_value_cannot() -> None:
     w = surge_workload(base_rps=20.0, surge=0.8, hours=0.75, surge_at_s=1200, ramp_s=30)
-    cfg = SimConfig(warmup_s=600)
+    # Declines on (they are opt-in): a rise met late then shows as misses, not only spill.
+    cfg = SimConfig(warmup_s=600, decline_share=0.9)
     arrivals = w.arrivals(int(w.start - cfg.warmup_s), w.end, seed=3)
     model = paper_model("inception-v3")
     history = _history(w, 60)

@@ -119,12 +119,15 @@ def test_the_simulated_bouncer_keeps_the_slo_over_its_period(
     SLO is kept over (the spec's, a day, unless ``--slo-period`` says otherwise), as the
     daemon's does; a baseline without a Bouncer has none."""
     w = _workload(np.ones(60), 60)
-    cfg = SimConfig(warmup_s=0, slo_period_s=period)
+    cfg = SimConfig(warmup_s=0, slo_period_s=period, decline_share=0.9)
     arrivals = w.t0 + np.arange(60, dtype=float)
     sim = Simulation(w, _model(), POLICIES["mark"], cfg, arrivals=arrivals)
     budget = sim.world.engine.budget
     assert budget is not None and budget.window_s == kept
-    assert budget.share == _model().spec().slo.decline_share
+    assert budget.share == 0.9
+    # Declines are opt-in: by default (the spec's 0) mark's Bouncer never declines.
+    default = Simulation(w, _model(), POLICIES["mark"], SimConfig(warmup_s=0), arrivals=arrivals)
+    assert default.world.engine.budget is None
     tt = Simulation(w, _model(), POLICIES["ec2-target-tracking"], cfg, arrivals=arrivals)
     assert tt.world.engine.budget is None
 
@@ -134,7 +137,7 @@ def test_the_window_is_judged_on_its_own_requests_not_the_warm_ups() -> None:
     otherwise lend the window 2 % of its requests to decline, and a window judged on its
     own requests could fall below SL_min."""
     w = _workload(np.ones(60), 60)
-    cfg = SimConfig(warmup_s=3600)
+    cfg = SimConfig(warmup_s=3600, decline_share=0.9)
     arrivals = w.t0 - 3600 + np.arange(3660, dtype=float)
     sim = Simulation(w, _model(), POLICIES["mark"], cfg, arrivals=arrivals)
     world = sim.world
