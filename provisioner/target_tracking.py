@@ -13,7 +13,10 @@ can price the same load under it:
 * The target is ``MAX_RPS × SAFETY_FACTOR × 60`` (SageMaker developer guide,
   "Load testing your auto scaling configuration"). The paper follows AWS's
   advice to start with 100 % over-provisioning: safety factor 1/2, i.e.
-  ``over_provision = 2`` (§5.1); ``config_for`` does this arithmetic.
+  ``over_provision = 2`` (§5.1); ``config_for`` does this arithmetic. ``MAX_RPS`` is
+  what an instance carries within the SLO where the endpoint's load balancer pools
+  the instances, as mark's planner rates them and the simulator serves them
+  (``pooled_max_rps``): a user load-tests the endpoint at the size it runs at.
 * Application Auto Scaling's alarms: scale out when the metric is above the
   target for 3 consecutive 1-minute datapoints; scale in when it is below 90 %
   of the target for 15 consecutive datapoints ("scales out proportionally as
@@ -72,6 +75,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
+
+from provisioner.greedy import PlannerOption
+from provisioner.pooling import capacity_in_pool
 
 DEFAULT_COOLDOWN_S = 300.0
 SCALE_IN_FRACTION = 0.9
@@ -232,6 +238,30 @@ def target_tracking_step(
                 activity="in" if from_completion else None,
             )
     return current, state
+
+
+def pooled_max_rps(
+    option: PlannerOption, load_rps: float, over_provision: float, *, max_size: int = 10_000
+) -> float:
+    """``MAX_RPS`` for the target: the per-instance capacity within the SLO in the pool
+    the fleet runs at ``load_rps`` over-provisioned by ``over_provision``: the least size
+    ``n`` whose ``n × capacity_in_pool(option, n)`` carries it (``max_size`` at most). That
+    product rises with ``n`` (the per-instance capacity never falls), so bisection finds it."""
+    need = over_provision * load_rps
+
+    def carries(n: int) -> bool:
+        return n * capacity_in_pool(option, n) >= need - 1e-9
+
+    lo, hi = 1, max_size
+    if not carries(hi):
+        return capacity_in_pool(option, hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if carries(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return capacity_in_pool(option, lo)
 
 
 def config_for(

@@ -2,7 +2,8 @@
 
 The planner asks the catalog (``catalog.offerings(accelerator="gpu").cheapest()``);
 it never parses price tables. Data ships inside the package (see ``data/README.md``).
-SageMaker's ml.* hosting prices, for the baseline, are in ``hosting``.
+SageMaker's ml.* hosting prices, for the baseline, are in ``hosting``; the Spot Instance
+Advisor's interruption buckets in ``spot_advisor``.
 """
 
 from mark.catalog.hosting import HostingPrice, HostingPrices, load_hosting_prices
@@ -16,6 +17,7 @@ from mark.catalog.model import (
     Offerings,
     load_catalog,
 )
+from mark.catalog.spot_advisor import SpotAdvisor, load_spot_advisor
 
 __all__ = [
     "Accelerator",
@@ -27,6 +29,8 @@ __all__ = [
     "Market",
     "Offering",
     "Offerings",
+    "SpotAdvisor",
     "load_catalog",
     "load_hosting_prices",
+    "load_spot_advisor",
 ]

@@ -9,7 +9,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -18,6 +18,7 @@ from rich.table import Table
 from bouncer.miss_budget import DEFAULT_PERIOD_S as DEFAULT_SLO_PERIOD_S
 from bouncer.miss_budget import DEFAULT_SHARE as DEFAULT_DECLINE_SHARE
 from mark.catalog import load_hosting_prices
+from mark.catalog.hosting import family_of
 from mark.cli.context import console, err_console, run_async, state
 from mark.errors import ConfigError, UnknownOffering
 from mark.sim.bound import Bound
@@ -50,6 +51,34 @@ def parse_interruptions(specs: list[str]) -> tuple[tuple[float, float], ...]:
             raise ConfigError(f"--interrupt {spec!r}: need SECONDS >= 0 and 0 < FRACTION <= 1")
         out.append((at, frac))
     return tuple(out)
+
+
+ADVISOR = "advisor"
+
+
+def parse_interrupt_rate(text: str) -> float | None:
+    """``--interrupt-rate``: a rate per spot instance-hour, or None for each type's Spot
+    Instance Advisor rate (``advisor``)."""
+    if text.strip().lower() == ADVISOR:
+        return None
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = -1.0
+    if not rate >= 0:
+        raise ConfigError(
+            f"--interrupt-rate {text!r}: give interruptions per spot instance-hour (>= 0, "
+            f"e.g. 0.02) or {ADVISOR!r}"
+        )
+    return rate
+
+
+def parse_pooled(text: str) -> bool | Literal["auto"]:
+    """``--pooled-capacity``: auto, true or false."""
+    value = {"auto": "auto", "true": True, "false": False}.get(text.strip().lower())
+    if value is None:
+        raise ConfigError(f"--pooled-capacity {text!r}: use auto, true or false")
+    return value  # type: ignore[return-value]
 
 
 def build_workload(
@@ -202,8 +231,12 @@ def _check_sagemaker_type(
     """--sagemaker-type must be profiled for the model and, for a policy that runs on
     SageMaker, have an ml.* hosting price."""
     if itype not in profiled:
+        why = load_hosting_prices().retiring.get(family_of(itype))
         raise ConfigError(
-            f"--sagemaker-type {itype!r}: {model} was profiled on {', '.join(profiled)}"
+            f"--sagemaker-type {itype!r}: {why}; every policy runs on current types, "
+            f"{model} on {', '.join(profiled)}"
+            if why
+            else f"--sagemaker-type {itype!r}: {model} was profiled on {', '.join(profiled)}"
         )
     if any(p.hosting == "sagemaker" for p in chosen):
         hosting = load_hosting_prices()
@@ -295,7 +328,12 @@ def simulate(
     interrupt: list[str] = typer.Option(
         [], help="SECONDS:FRACTION into the window, that share of the spot fleet is interrupted"
     ),
-    interrupt_rate: float = typer.Option(0.0, help="spot interruptions per instance-hour"),
+    interrupt_rate: str = typer.Option(
+        "advisor",
+        help="spot interruptions per instance-hour, the same for every type (0: none), or "
+        "'advisor': each type's Spot Instance Advisor bucket, read as its upper edge "
+        "(mark/catalog/spot_advisor.py)",
+    ),
     sagemaker_type: str | None = typer.Option(
         None,
         help="the target-tracking baselines' instance type, e.g. c5.xlarge (default: the "
@@ -348,6 +386,23 @@ def simulate(
         "kept while its volume costs less than the boot a start spares (the daemon's "
         "default, timings.warm_start_s; --no-warm-pool: terminated)",
     ),
+    pooled_capacity: str = typer.Option(
+        "auto",
+        help="mark policies: the daemon's planner.pooled_capacity, auto | true | false "
+        "(false plans at stand-alone capacity, as the paper)",
+    ),
+    capacity_target: bool = typer.Option(
+        True,
+        "--capacity-target/--no-capacity-target",
+        help="mark policies: the daemon's planner.spill_capacity_target (plan a step at the "
+        "newsvendor quantile of its 5 s rates once spill is measured in time)",
+    ),
+    persisting_floor: bool = typer.Option(
+        True,
+        "--persisting-floor/--no-persisting-floor",
+        help="mark policies: the daemon's planner.persisting_floor (the forecast at least "
+        "the load that has held long enough to buy for)",
+    ),
     volume_gb: float = typer.Option(
         8.0,
         min=0.0,
@@ -390,7 +445,7 @@ def simulate(
         sagemaker_type=sagemaker_type,
         sagemaker_metric_delay_s=sagemaker_metric_delay_s,
         sagemaker_boot_s=sagemaker_boot_s,
-        interrupt_rate_per_hour=interrupt_rate,
+        interrupt_rate_per_hour=parse_interrupt_rate(interrupt_rate),
         interruptions=parse_interruptions(interrupt),
         decline_share=decline_share,
         slo_period_s=slo_period,
@@ -398,6 +453,9 @@ def simulate(
         cooldown_s=cooldown_s,
         volume_gb=volume_gb,
         warm_pool=warm_pool,
+        pooled_capacity=parse_pooled(pooled_capacity),
+        capacity_target=capacity_target,
+        persisting_floor=persisting_floor,
     )
     workload = build_workload(
         trace,

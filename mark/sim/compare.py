@@ -23,13 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from mark.catalog import Catalog
+from mark.catalog import Catalog, load_catalog
 from mark.sim.bound import Bound, window_bound
+from mark.sim.equal_slo import loosest_target
 from mark.sim.models import SimModel
 from mark.sim.pinned_fit import NUMERICS, fit_pinned
 from mark.sim.policies import Policy
 from mark.sim.results import PolicyResult
-from mark.sim.run import SimConfig, Simulation
+from mark.sim.run import Progress, SimConfig, Simulation
 from mark.sim.workloads import Workload
 from predictor.base import Forecaster, History
 
@@ -134,13 +135,24 @@ async def compare(
     arrivals = workload.arrivals(begin, workload.end, cfg.seed)
     out = []
     bounds: dict[BoundKey, Bound] = {}
+    catalog = load_catalog()
     for p in policies:
         progress = (lambda f, name=p.name: on_progress(name, f)) if on_progress else None
-        sim = Simulation(
-            workload, model, p, cfg, arrivals=arrivals, forecaster=forecaster, progress=progress
-        )
+
+        async def run_at(
+            factor: float, p: Policy = p, progress: Progress | None = progress
+        ) -> PolicyResult:
+            at = replace(cfg, over_provision=factor)
+            sim = Simulation(
+                workload, model, p, at, arrivals=arrivals, forecaster=forecaster, progress=progress
+            )
+            return await sim.run()
+
         t = time.perf_counter()
-        result = await sim.run()
+        if p.equal_slo:
+            result = await loosest_target(run_at, model.sl_min)
+        else:
+            result = await run_at(cfg.over_provision)
         result.extra["wall_s"] = round(time.perf_counter() - t, 2)  # type: ignore[index]
         out.append(
             policy_bound(
@@ -150,7 +162,7 @@ async def compare(
                 model=model,
                 cfg=cfg,
                 arrivals=arrivals,
-                catalog=sim.world.catalog,
+                catalog=catalog,
                 cache=bounds,
             )
         )

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mark.catalog import Market
-from mark.config import BudgetSpec, OfferingsSpec, Settings, Timings
+from mark.config import BudgetSpec, OfferingsSpec, PlannerSpec, Settings, Timings
 from mark.control import Controller
 from mark.ports import InterruptionNotice
 from mark.sim.bound import SLO_EPS_S
@@ -47,22 +47,33 @@ def sim_settings(world: SimWorld) -> Settings:
             standby_types=standby,
             max_instances=world.cfg.max_instances,
             volume_gb=world.cfg.volume_gb,
-            # A run that interrupts spot instances tells the daemon its rate, as a user
-            # would configure the Spot Instance Advisor's; otherwise the default.
+            # The daemon is told the world's rate, as a user configures the Advisor's: the
+            # highest of its spot types' (one number, as the setting is).
             **(
-                {"spot_interruption_rate": world.cfg.interrupt_rate_per_hour * HOURS_PER_MONTH}
-                if world.cfg.interrupt_rate_per_hour > 0
+                {"spot_interruption_rate": spot_rate * HOURS_PER_MONTH}
+                if (spot_rate := _spot_rate(world)) > 0
                 else {}
             ),
         ),
         # The paper's experiments measure the policy, not a user's budget: no spend rails.
         budget=BudgetSpec(max_hourly_per_model=None, max_hourly_cluster=None),
+        planner=PlannerSpec(
+            pooled_capacity=world.cfg.pooled_capacity,
+            spill_capacity_target=world.cfg.capacity_target,
+            persisting_floor=world.cfg.persisting_floor,
+        ),
         timings=Timings(
             early_steps=world.cfg.early_steps,
             cooldown_s=world.cfg.cooldown_s,
             warm_start_s=world.cfg.standby_start_s if world.cfg.warm_pool else None,
         ),
     )
+
+
+def _spot_rate(world: SimWorld) -> float:
+    """The highest interruption rate per instance-hour among the world's spot offerings."""
+    spot = {o.instance_type for o in world.options if o.market == Market.SPOT.value}
+    return max((world.interrupt_rate(t) for t in spot), default=0.0)
 
 
 def standby_capacity(world: SimWorld) -> float:

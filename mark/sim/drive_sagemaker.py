@@ -28,6 +28,7 @@ The two policies differ in the world they run in:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -41,11 +42,13 @@ from provisioner.target_tracking import (
     TargetTrackingConfig,
     TargetTrackingState,
     config_for,
+    pooled_max_rps,
     sagemaker_config_for,
     target_tracking_step,
 )
 
 STEP_S = 60.0  # target tracking looks at the last minute, every minute
+HISTORY_MINUTES = 1440  # the day of history the typical rate is the mean of
 
 
 def hosting_option(
@@ -79,10 +82,31 @@ def hosting_option(
     )
 
 
+def typical_rate(world: SimWorld) -> float:
+    """The mean request rate of the day before the warm-up: the load a user sizes the
+    target at (``pooled_max_rps``), known before the run, not the window's."""
+    windows = world.history_windows(HISTORY_MINUTES)
+    seconds = sum(w.window_s for w in windows)
+    return sum(w.count for w in windows) / seconds if seconds > 0 else 0.0
+
+
+def pooled_options(world: SimWorld) -> list[PlannerOption]:
+    """The on-demand options rated as a target-tracking fleet runs them: each at its
+    capacity in the pool the typical load needs at the policy's over-provisioning, the
+    capacity model mark's planner plans with and the simulator serves at."""
+    rate, over = typical_rate(world), world.cfg.over_provision
+    return [
+        replace(o, capacity_rps=pooled_max_rps(o, rate, over))
+        for o in world.options
+        if o.market == Market.ON_DEMAND.value
+    ]
+
+
 def baseline_option(world: SimWorld) -> PlannerOption:
     """The policy's type: the user's, or the one with the lowest price per request served
-    (ml.* prices among SageMaker's offered types, or EC2 prices among any)."""
-    od = [o for o in world.options if o.market == Market.ON_DEMAND.value]
+    (ml.* prices among SageMaker's offered types, or EC2 prices among any), each rated at
+    pooled capacity (``pooled_options``)."""
+    od = pooled_options(world)
     wanted = world.cfg.sagemaker_type
     if world.hosting is not None:
         return hosting_option(od, world.hosting, wanted, world.model.name)
@@ -98,6 +122,7 @@ def baseline_option(world: SimWorld) -> PlannerOption:
 
 
 def policy_config(world: SimWorld, opt: PlannerOption) -> TargetTrackingConfig:
+    """Target tracking at ``opt``'s (pooled) capacity over-provisioned as configured."""
     cfg = world.cfg
     if world.hosting is not None:
         return sagemaker_config_for(
@@ -156,7 +181,11 @@ async def drive_sagemaker(world: SimWorld) -> Extra:
             done_at = t  # a scale-in completes at once
 
     await run_loop(world, PolicyEvents(STEP_S, on_step))
-    extra: Extra = {"sagemaker_type": opt.instance_type}
+    extra: Extra = {
+        "sagemaker_type": opt.instance_type,
+        "over_provision": world.cfg.over_provision,
+        "target_capacity_rps": round(opt.capacity_rps, 4),
+    }
     if world.hosting is not None:
         price = world.hosting.price(opt.instance_type)
         extra.update(

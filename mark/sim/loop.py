@@ -9,7 +9,8 @@ the instances that are running.
 
 Spot interruptions are the world's doing, not the policy's: planned ones take
 a fraction of the running spot fleet at set times, random ones hit each spot
-instance at ``interrupt_rate_per_hour``; AWS takes an interrupted instance
+instance at its type's rate (``SimWorld.interrupt_rate``: the Spot Instance
+Advisor's, or ``interrupt_rate_per_hour``); AWS takes an interrupted instance
 back at the notice's action time.
 """
 
@@ -74,18 +75,17 @@ class SpotInterruptions:
             await self._interrupt_fraction(self._fractions[at])
 
     async def random(self, step_s: float) -> None:
-        """Each running spot instance is interrupted within ``step_s`` at the set rate."""
-        rate = self._world.cfg.interrupt_rate_per_hour
-        if rate <= 0:
-            return
-        p = 1.0 - math.exp(-rate * step_s / 3600.0)
+        """Each running spot instance is interrupted within ``step_s`` at its type's rate
+        (``SimWorld.interrupt_rate``)."""
         for inst in await self._world.fleet.list():
             if (
-                inst.market is Market.SPOT
-                and inst.state is InstanceState.RUNNING
-                and inst.instance_id not in self._reclaims
-                and self._rng.random() < p
+                inst.market is not Market.SPOT
+                or inst.state is not InstanceState.RUNNING
+                or inst.instance_id in self._reclaims
             ):
+                continue
+            rate = self._world.interrupt_rate(inst.instance_type)
+            if rate > 0 and self._rng.random() < 1.0 - math.exp(-rate * step_s / 3600.0):
                 await self._interrupt(inst.instance_id)
 
     async def _interrupt_fraction(self, fraction: float) -> None:

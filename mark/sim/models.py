@@ -13,6 +13,13 @@ the profiles do not give, derived by a stated rule:
   Inception-v3 ratio of the two capacities (490/284 r/min).
 - **Burstable standbys** (t3) run at c5.large speed per 2 vCPUs while they hold
   CPU credits and at their baseline fraction after.
+- **Current types only, for every policy.** The paper profiled P2 (p2.xlarge, a K80),
+  which AWS is retiring on EC2 and SageMaker alike (the hosting table's ``retiring``:
+  aws/deep-learning-containers PR #3950, "EC2 Instance retirement for P2 and M4
+  instances"). A profile of a retiring family is dropped, so mark, the target-tracking
+  baselines, the clairvoyant schedule and the bound all choose among the same types. No
+  current GPU type (g4dn, g5, inf2) has a profile of these models, and none can be
+  derived from a measurement shipped here, so the paper's models run on C5 alone.
 
 A model named here is also a ``ModelSpec`` so the controller can be configured
 with it; its ``source`` names the profile, never a file that is loaded.
@@ -20,10 +27,12 @@ with it; its ``source`` names the profile, never a file that is loaded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bouncer.latency import BatchLatency
+from mark.catalog import load_hosting_prices
+from mark.catalog.hosting import family_of
 from mark.config import SLO, InputSchema, ModelSpec
 from mark.errors import ConfigError
 from provisioner.profiles import ModelProfile, load_paper_profiles
@@ -89,8 +98,15 @@ def _c5_large_t1(profile: ModelProfile, curves: Mapping[str, BatchLatency]) -> f
     raise ConfigError(f"{profile.model}: no CPU profile to derive Lambda and standby speed from")
 
 
+def current_types(types: Iterable[str]) -> list[str]:
+    """``types`` less those of a family AWS is retiring (the module docstring)."""
+    retiring = load_hosting_prices().retiring
+    return [t for t in types if family_of(t) not in retiring]
+
+
 def paper_model(name: str) -> SimModel:
-    """One of the paper's four evaluation models (Table 4) from its published profile."""
+    """One of the paper's four evaluation models (Table 4) from its published profile, on
+    the types AWS still offers (the module docstring)."""
     try:
         key, slo = PAPER_MODELS[name]
     except KeyError:
@@ -98,8 +114,11 @@ def paper_model(name: str) -> SimModel:
             f"unknown simulated model {name!r}; known: {', '.join(PAPER_MODELS)}"
         ) from None
     profile = load_paper_profiles()[key]
+    current = current_types(profile.instances)
     curves = {
-        t: BatchLatency.from_mapping(p.batch_latency_s()) for t, p in profile.instances.items()
+        t: BatchLatency.from_mapping(p.batch_latency_s())
+        for t, p in profile.instances.items()
+        if t in current
     }
     rt_max_s, sl_min = (slo[0] / 1000.0, slo[1]) if slo else (profile.rt_max_s, profile.sl_min)
     c5l = _c5_large_t1(profile, curves)
@@ -112,7 +131,12 @@ def paper_model(name: str) -> SimModel:
         lambda_t1_s=lam,
         standby_t1_s=c5l,
         notes=(
-            f"profile {key!r} from the paper's code; types {', '.join(sorted(curves))}",
+            f"profile {key!r} from the paper's code; types {', '.join(sorted(curves))}"
+            + (
+                f" (retiring, left out: {', '.join(sorted(gone))})"
+                if (gone := set(profile.instances) - set(curves))
+                else ""
+            ),
             f"Lambda T_1 {lam * 1000:.0f} ms"
             + (" (paper Table 2)" if key in LAMBDA_T1_MEASURED_S else " (derived)"),
         ),

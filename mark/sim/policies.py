@@ -11,6 +11,8 @@ CloudWatch's metric delay, cooldowns from completion, no re-scaling while the
 endpoint updates, InvokeEndpoint's 60 s timeout (``mark.sim.drive_sagemaker``).
 ``ec2-target-tracking`` is the same target tracking in a kinder world, the
 strong comparison: EC2 on-demand prices, any EC2 type, none of those delays.
+Both size their target from the pooled capacity mark plans with; each also runs
+``-equal-slo``: at the loosest target that meets SL_min (``mark.sim.equal_slo``).
 ``clairvoyant`` is an instance-only clairvoyant schedule (the MILP on the true
 future load's per-minute peaks; served with the Bouncer, which spills to Lambda
 what its instances cannot finish in time). It is not a lower bound: that is
@@ -44,6 +46,9 @@ class Policy:
     hosting: Hosting = "ec2"
     """What the instances are bought as: EC2, or SageMaker ml.* hosting (its prices and
     types, its delays, InvokeEndpoint's timeout)."""
+    equal_slo: bool = False
+    """A target-tracking baseline run at the loosest target that still meets SL_min
+    (``mark.sim.equal_slo``), so it is compared with mark at an equal SLO."""
     description: str = ""
 
 
@@ -76,6 +81,25 @@ POLICIES: dict[str, Policy] = {
             slo_monitor=False,
             description="the same target tracking in a kinder world: EC2 on-demand prices, "
             "the EC2 type cheapest per request, no metric delay, cooldowns from the decision",
+        ),
+        Policy(
+            "sagemaker-equal-slo",
+            "sagemaker",
+            spill=False,
+            slo_monitor=False,
+            hosting="sagemaker",
+            equal_slo=True,
+            description="sagemaker at the loosest target that meets SL_min on the window "
+            "(found by search on the window itself: a kindness to the baseline)",
+        ),
+        Policy(
+            "ec2-target-tracking-equal-slo",
+            "sagemaker",
+            spill=False,
+            slo_monitor=False,
+            equal_slo=True,
+            description="ec2-target-tracking at the loosest target that meets SL_min on "
+            "the window (found by search on the window itself)",
         ),
         Policy(
             "reactive",

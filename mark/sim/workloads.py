@@ -143,7 +143,7 @@ def trace_workload(
     """``hours`` of a trace starting ``start_day`` days in; everything before is history."""
     per_second, epoch = load_per_second_load(trace_path(name))
     x = _scaled(per_second, rate_scale, time_scale)
-    start = int(start_day * 86400)
+    start = round(start_day * 86400)  # a start hour as a fraction of a day lands on its second
     seconds = int(hours * 3600)
     if start + seconds > x.shape[0] or start < 0:
         raise ConfigError(

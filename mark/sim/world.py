@@ -19,6 +19,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,9 +27,16 @@ from numpy.typing import NDArray
 from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
 from mark.billing import ebs_charge, ec2_charge
-from mark.catalog import Catalog, HostingPrices, Market, load_catalog, load_hosting_prices
+from mark.catalog import (
+    Catalog,
+    HostingPrices,
+    Market,
+    load_catalog,
+    load_hosting_prices,
+    load_spot_advisor,
+)
 from mark.control import build_options
-from mark.errors import ConfigError
+from mark.errors import ConfigError, UnknownOffering
 from mark.ports import InstanceInfo, InstanceRole, InstanceState, Store
 from mark.sim.engine import DECLINED, FAILED, LAMBDA, Engine, Server
 from mark.sim.fleet import SimFleet
@@ -98,7 +106,9 @@ class SimConfig:
     # ... and a new ml.* instance is InService this long after the decision (None: boot_s;
     # AWS publishes no figure).
     sagemaker_boot_s: float | None = None
-    interrupt_rate_per_hour: float = 0.0  # per spot instance-hour
+    interrupt_rate_per_hour: float | None = None
+    """Spot interruptions per spot instance-hour, the same for every type; None: each
+    type's Spot Instance Advisor rate (``mark.catalog.spot_advisor``)."""
     interruptions: tuple[tuple[float, float], ...] = ()  # (s after t0, fraction of spot fleet)
     seed: int = 0
     max_instances: int = 200
@@ -118,6 +128,14 @@ class SimConfig:
     """mark policies: retired on-demand instances are stopped into a warm pool and started
     (``standby_start_s``) before any launch of their type, as the daemon does by default
     (``timings.warm_start_s``; ``provisioner.warm_pool``); False: terminated."""
+    pooled_capacity: bool | Literal["auto"] = "auto"
+    """mark policies: the daemon's ``planner.pooled_capacity`` (``provisioner.pooling``)."""
+    capacity_target: bool = True
+    """mark policies: the daemon's ``planner.spill_capacity_target``
+    (``provisioner.capacity_target``)."""
+    persisting_floor: bool = True
+    """mark policies: the daemon's ``planner.persisting_floor``
+    (``provisioner.persisting_load``)."""
     volume_gb: float = 8.0
     """Each instance's EBS root volume, GB: billed at the catalog's gp3 price while the
     instance is stopped (a standby, or a stopped instance kept to start fast). 8 is the
@@ -222,6 +240,7 @@ class SimWorld:
         self.timeline: list[tuple[float, int, float, int]] = []  # t, serving, capacity, pending
         self.interruptions = 0  # spot interruptions delivered
         self._servers: dict[str, Server] = {}
+        self._batching: dict[tuple[str, BatchLatency, int], tuple[int, float]] = {}
         self._lambda_at_t0 = (0.0, 0, 0)  # cost, cold starts, throttled invocations
         self._window_counts = self._count_windows()
 
@@ -308,10 +327,19 @@ class SimWorld:
         of_type = Counter(s.itype for s in serving if not s.burstable)
         for s in serving:
             if not s.burstable:  # a pool batches as the daemon's dispatcher does
-                s.n_batch, s.w_batch_s = batching_for(
-                    s.latency, self.model.rt_max_s, self.model.sl_min, of_type[s.itype]
-                )
+                s.n_batch, s.w_batch_s = self._pool_batching(s, of_type[s.itype])
         self.engine.set_servers(serving)
+
+    def _pool_batching(self, srv: Server, size: int) -> tuple[int, float]:
+        """``batching_for`` the server's curve in a pool of ``size``, remembered per type
+        and size (it is pure, and asked for every server at every event)."""
+        key = (srv.itype, srv.latency, size)
+        got = self._batching.get(key)
+        if got is None:
+            got = self._batching[key] = batching_for(
+                srv.latency, self.model.rt_max_s, self.model.sl_min, size
+            )
+        return got
 
     async def record_fleet(self, t: float) -> None:
         """Add (t, serving, capacity, pending) of the fleet now to the timeline."""
@@ -330,6 +358,16 @@ class SimWorld:
         self._lambda_at_t0 = (self.lam.cost, self.lam.cold_starts, self.lam.throttled)
         if self.engine.budget is not None:
             self.engine.budget = self._miss_budget()
+
+    def interrupt_rate(self, instance_type: str) -> float:
+        """Interruptions per instance-hour a spot instance of the type meets in this world:
+        the configured rate, or the type's Advisor rate (0 for a type the Advisor lacks)."""
+        if self.cfg.interrupt_rate_per_hour is not None:
+            return self.cfg.interrupt_rate_per_hour
+        try:
+            return load_spot_advisor().rate_per_hour(instance_type)
+        except UnknownOffering:
+            return 0.0
 
     # -- the bill ------------------------------------------------------------
 

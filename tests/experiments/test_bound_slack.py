@@ -61,6 +61,6 @@ def test_the_script_prints_a_table_and_refuses_bad_rates(
 ) -> None:
     main(["--models", "inception-v3", "--rates", "50", "--hours", "0.1"])
     out = capsys.readouterr().out
-    assert "| 50 |" in out and "p2.xlarge" in out
+    assert "| 50 |" in out and "c5.large" in out
     with pytest.raises(SystemExit):
         main(["--models", "inception-v3", "--rates", "0"])

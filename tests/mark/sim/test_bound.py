@@ -404,8 +404,9 @@ def test_offerings_and_lambda_of_a_paper_model() -> None:
     od = bound_offerings(model, cat, ["on-demand"])
     assert {o.market for o in od} == {"on-demand"}
     best = prune_dominated(od)
-    assert [o.key for o in best] == ["p2.xlarge/on-demand"]  # 8 in 145 ms, $0.90/h
-    assert best[0].rate_rps == pytest.approx(8 / 0.14457831325301204)
+    # P2 (the paper's cheapest per request) is retiring: C5 alone, c5.large cheapest.
+    assert [o.key for o in best] == ["c5.large/on-demand"]  # 284 a minute, $0.085/h
+    assert best[0].rate_rps == pytest.approx(284 / 60)
     spot = bound_offerings(model, cat, ["on-demand", "spot"], ["t3.large"])
     assert any(o.role == "standby" for o in spot)
     assert [o.key for o in prune_dominated(spot)] == ["c5.large/spot"]

@@ -88,13 +88,11 @@ def test_families_without_a_documented_markup_have_no_price_and_retiring_ones_ar
 
 
 def test_the_sagemaker_type_is_the_cheapest_per_request_among_priced_offered_types() -> None:
-    """Inception-v3: at EC2 prices p2.xlarge is the cheapest per request (the kinder
-    baseline's pick), but it has no ml.* price: SageMaker runs on a c5 at its ml.* price."""
+    """Inception-v3 on the current types (C5): SageMaker runs on the c5 cheapest per
+    request at its ml.* price."""
     model = paper_model("inception-v3")
     options = model_options(model, load_catalog(), ["on-demand"], True, 120.0)
     hosting = load_hosting_prices()
-    ec2 = min(options, key=lambda o: o.price_per_hour / o.capacity_rps)
-    assert ec2.instance_type == "p2.xlarge"
     sm = hosting_option(options, hosting, None, model.name)
     assert sm.instance_type in hosting.offered() and sm.instance_type.startswith("c5.")
     per_request = {
@@ -109,7 +107,7 @@ def test_the_sagemaker_type_is_the_cheapest_per_request_among_priced_offered_typ
     assert hosting_option([*options, p3], hosting, "p3.2xlarge", model.name) == p3  # asked for
 
 
-def test_an_unpriced_sagemaker_type_is_a_one_line_error(
+def test_a_retiring_sagemaker_type_is_a_one_line_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
@@ -117,8 +115,8 @@ def test_an_unpriced_sagemaker_type_is_a_one_line_error(
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert len(err.strip().splitlines()) == 1, err
-    assert "--sagemaker-type p2.xlarge: no SageMaker ml.* hosting price for p2.xlarge" in err
-    assert "retiring P2" in err and "c5.large" in err and "ec2-target-tracking" in err
+    assert "--sagemaker-type 'p2.xlarge': AWS is retiring P2 instances" in err
+    assert "every policy runs on current types" in err and "c5.large" in err
 
 
 def test_a_response_later_than_the_invocation_timeout_fails_but_still_takes_the_instance() -> None:

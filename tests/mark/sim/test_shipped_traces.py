@@ -137,9 +137,11 @@ def test_simulate_gives_the_same_numbers_for_a_trace_at_epoch_seconds(
     (z,), (e,) = zero, epoch
     for key in ("requests", "failed", "bound", "hours"):
         assert e[key] == z[key], key
-    # A launch a minute later spills a request or two more (the near tie above).
-    assert abs(e["spilled"] - z["spilled"]) <= max(2, z["spilled"] // 20)
-    assert e["cost_total"] == pytest.approx(z["cost_total"], rel=0.03)
+    # A launch a minute later spills what that minute's load outran: a few tenths of a
+    # percent of the requests (the near tie above), where a moved window would move all.
+    assert abs(e["spilled"] - z["spilled"]) <= max(2, z["requests"] // 200)
+    # That launch a minute later: a few c5.large-minutes of a quarter hour's bill.
+    assert e["cost_total"] == pytest.approx(z["cost_total"], rel=0.05)
     assert e["within_slo"] == pytest.approx(z["within_slo"], abs=0.001)
     assert abs(e["declined"] - z["declined"]) <= max(2, z["declined"] // 2)
 

@@ -1,0 +1,233 @@
+"""The tables of `results.md`, from the runs `run.py` left in `results/`.
+
+Every figure is over the windows that have a result: mean ± standard deviation
+(worst), and each row says how many windows it rests on. An ablation compares, window
+by window, mark with one rule switched against mark as shipped (the headline's mark
+run on the same arrivals). The rule *loses* on a window where the run without it
+costs less and still keeps SL_min; it is kept only if its mean saving is larger than
+the spread (standard deviation) of the per-window change and it loses on fewer than
+a third of the windows (issue #48's rule).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+Doc = dict[str, Any]
+SL_MIN = 0.98  # every paper model's SL_min (§5.1)
+HEAD_POLICIES = (
+    "mark",
+    "mark-spot",
+    "sagemaker",
+    "sagemaker-equal-slo",
+    "ec2-target-tracking",
+    "ec2-target-tracking-equal-slo",
+)
+
+
+def load(folder: Path) -> dict[str, Doc]:
+    """Window key → that run's results by policy (with the window and code)."""
+    out: dict[str, Doc] = {}
+    for path in sorted(folder.glob("*.json")):
+        doc = json.loads(path.read_text())
+        out[path.stem] = {
+            "by": {r["policy"]: r for r in doc["results"]},
+            "code": doc.get("code", "?"),
+        }
+    return out
+
+
+def stats(values: Iterable[float], worst: str = "max", fmt: str = "{:.2f}") -> str:
+    xs = list(values)
+    if not xs:
+        return "–"
+    mean = statistics.fmean(xs)
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    w = max(xs) if worst == "max" else min(xs)
+    return f"{fmt.format(mean)} ± {fmt.format(sd)} ({fmt.format(w)})"
+
+
+def headline(root: Path, models: list[str]) -> list[str]:
+    lines = [
+        "| model | policy | windows | cost / bound | within RT_max (%) | $ per window | "
+        "over-provisioning | spot interruptions |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in models:
+        runs = load(root / "headline" / m)
+        for p in HEAD_POLICIES:
+            rs = [d["by"][p] for d in runs.values() if p in d["by"]]
+            if not rs:
+                continue
+            over = [r["extra"].get("over_provision") for r in rs]
+            over_s = stats([x for x in over if x is not None], "min") if any(over) else ""
+            unmet = sum(1 for r in rs if not r["extra"].get("equal_slo_met", True))
+            if unmet:
+                over_s += f"; none met SL_min on {unmet}"
+            intr = (
+                stats((r["extra"].get("interruptions", 0) for r in rs), fmt="{:.1f}")
+                if p == "mark-spot"
+                else ""
+            )
+            lines.append(
+                f"| {m} | {p} | {len(rs)} | {stats(r['cost_over_bound'] for r in rs)} | "
+                f"{stats((100 * r['within_slo'] for r in rs), 'min')} | "
+                f"{stats(r['cost_total'] for r in rs)} | {over_s} | {intr} |"
+            )
+    return lines
+
+
+def ratios(root: Path, models: list[str]) -> list[str]:
+    pairs = [
+        ("sagemaker", "mark"),
+        ("sagemaker-equal-slo", "mark"),
+        ("ec2-target-tracking-equal-slo", "mark"),
+        ("sagemaker-equal-slo", "mark-spot"),
+    ]
+    lines = [
+        "| model | windows | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |",
+        "|---|---|" + "---|" * len(pairs),
+    ]
+    for m in models:
+        runs = [d["by"] for d in load(root / "headline" / m).values()]
+        runs = [r for r in runs if all(p in r for p in HEAD_POLICIES)]
+        if not runs:
+            continue
+        cells = [
+            stats((r[a]["cost_total"] / r[b]["cost_total"] for r in runs), "min") for a, b in pairs
+        ]
+        lines.append(f"| {m} | {len(runs)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def stressed(root: Path, models: list[str]) -> list[str]:
+    lines = [
+        "| model | windows | interruptions | cost / bound (Advisor) | cost / bound (stressed) | "
+        "within RT_max, stressed (%) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in models:
+        head = load(root / "headline" / m)
+        runs = load(root / "spot-stressed" / m)
+        keys = [k for k in runs if k in head and "mark-spot" in head[k]["by"]]
+        if not keys:
+            continue
+        s = [runs[k]["by"]["mark-spot"] for k in keys]
+        a = [head[k]["by"]["mark-spot"] for k in keys]
+        lines.append(
+            f"| {m} | {len(keys)} | {stats((r['extra']['interruptions'] for r in s), fmt='{:.1f}')}"
+            f" | {stats(r['cost_over_bound'] for r in a)} | "
+            f"{stats(r['cost_over_bound'] for r in s)} | "
+            f"{stats((100 * r['within_slo'] for r in s), 'min')} |"
+        )
+    return lines
+
+
+def ablation(root: Path, models: list[str], sets: list[tuple[str, str]]) -> list[str]:
+    lines = [
+        "| rule | model | windows | cost change without it (%) | loses on | "
+        "within RT_max without it (%) | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, rule in sets:
+        every: list[tuple[float, bool]] = []
+        for m in [*models, "all"]:
+            if m == "all":
+                pairs = every
+                within = ""
+            else:
+                head = load(root / "headline" / m)
+                runs = load(root / name / m)
+                keys = [k for k in runs if k in head and "mark" in head[k]["by"]]
+                pairs = []
+                lows = []
+                for k in keys:
+                    on, off = head[k]["by"]["mark"], runs[k]["by"]["mark"]
+                    change = 100 * (off["cost_total"] / on["cost_total"] - 1)
+                    pairs.append((change, change < 0 and off["within_slo"] >= SL_MIN))
+                    lows.append(100 * off["within_slo"])
+                every += pairs
+                within = stats(lows, "min")
+            if not pairs:
+                continue
+            changes = [c for c, _ in pairs]
+            loses = sum(1 for _, lost in pairs if lost)
+            mean = statistics.fmean(changes)
+            sd = statistics.stdev(changes) if len(changes) > 1 else 0.0
+            if name == "declines-on":
+                verdict = "(opt-in)"
+            else:
+                keep = mean > sd and loses < len(pairs) / 3
+                verdict = "keep" if keep else "**goes**"
+            lines.append(
+                f"| {rule} | {m} | {len(pairs)} | {stats(changes, 'min', '{:+.1f}')} | "
+                f"{loses}/{len(pairs)} | {within} | {verdict if m == 'all' else ''} |"
+            )
+    return lines
+
+
+def declines(root: Path, models: list[str]) -> list[str]:
+    lines = [
+        "| model | windows | cost saved by declines (%) | requests declined (%) | "
+        "within RT_max with declines (%) |",
+        "|---|---|---|---|---|",
+    ]
+    for m in models:
+        head = load(root / "headline" / m)
+        runs = load(root / "declines-on" / m)
+        keys = [k for k in runs if k in head and "mark" in head[k]["by"]]
+        if not keys:
+            continue
+        on = [runs[k]["by"]["mark"] for k in keys]
+        off = [head[k]["by"]["mark"] for k in keys]
+        saved = [
+            100 * (1 - a["cost_total"] / b["cost_total"]) for a, b in zip(on, off, strict=True)
+        ]
+        share = [100 * a["extra"]["declined"] / a["requests"] for a in on]
+        lines.append(
+            f"| {m} | {len(keys)} | {stats(saved, 'min', '{:+.1f}')} | "
+            f"{stats(share, fmt='{:.2f}')} | {stats((100 * a['within_slo'] for a in on), 'min')} |"
+        )
+    return lines
+
+
+def write_report(here: Path, models: list[str]) -> str:
+    from run import SETS
+
+    root = here / "results"
+    codes = sorted({d["code"] for f in root.glob("*/*") if f.is_dir() for d in load(f).values()})
+    abl = [(rs.name, rs.rule) for rs in SETS["ablation"] if rs.name != "declines-on"]
+    parts = [
+        "# Results",
+        "",
+        "Mean ± standard deviation (worst) over the windows each row rests on. "
+        f"Code: {', '.join(codes) or 'none yet'}.",
+        "",
+        "## mark and its baselines (declines off)",
+        "",
+        *headline(root, models),
+        "",
+        "## Cost ratios, window by window",
+        "",
+        *ratios(root, models),
+        "",
+        "## mark-spot when spot turns bad",
+        "",
+        *stressed(root, models),
+        "",
+        "## What declines save, and what they refuse",
+        "",
+        *declines(root, models),
+        "",
+        "## Ablation: each rule switched off alone",
+        "",
+        *ablation(root, models, abl),
+        "",
+    ]
+    text = "\n".join(parts)
+    (here / "results.md").write_text(text)
+    return text
