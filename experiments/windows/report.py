@@ -29,6 +29,17 @@ HEAD_POLICIES = (
 )
 
 
+def head(root: Path, model: str) -> dict[str, Doc]:
+    """The `mark` and `baselines` sets' runs of a model, joined window by window."""
+    out = load(root / "mark" / model)
+    for key, doc in load(root / "baselines" / model).items():
+        if key in out:
+            out[key]["by"].update(doc["by"])
+        else:
+            out[key] = doc
+    return out
+
+
 def load(folder: Path) -> dict[str, Doc]:
     """Window key → that run's results by policy (with the window and code)."""
     out: dict[str, Doc] = {}
@@ -48,7 +59,7 @@ def stats(values: Iterable[float], worst: str = "max", fmt: str = "{:.2f}") -> s
     mean = statistics.fmean(xs)
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
     w = max(xs) if worst == "max" else min(xs)
-    return f"{fmt.format(mean)} ± {fmt.format(sd)} ({fmt.format(w)})"
+    return f"{fmt.format(mean)} ± {fmt.replace('+', '').format(sd)} ({fmt.format(w)})"
 
 
 def headline(root: Path, models: list[str]) -> list[str]:
@@ -58,7 +69,7 @@ def headline(root: Path, models: list[str]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for m in models:
-        runs = load(root / "headline" / m)
+        runs = head(root, m)
         for p in HEAD_POLICIES:
             rs = [d["by"][p] for d in runs.values() if p in d["by"]]
             if not rs:
@@ -93,7 +104,7 @@ def ratios(root: Path, models: list[str]) -> list[str]:
         "|---|---|" + "---|" * len(pairs),
     ]
     for m in models:
-        runs = [d["by"] for d in load(root / "headline" / m).values()]
+        runs = [d["by"] for d in head(root, m).values()]
         runs = [r for r in runs if all(p in r for p in HEAD_POLICIES)]
         if not runs:
             continue
@@ -111,13 +122,13 @@ def stressed(root: Path, models: list[str]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for m in models:
-        head = load(root / "headline" / m)
+        base = head(root, m)
         runs = load(root / "spot-stressed" / m)
-        keys = [k for k in runs if k in head and "mark-spot" in head[k]["by"]]
+        keys = [k for k in runs if k in base and "mark-spot" in base[k]["by"]]
         if not keys:
             continue
         s = [runs[k]["by"]["mark-spot"] for k in keys]
-        a = [head[k]["by"]["mark-spot"] for k in keys]
+        a = [base[k]["by"]["mark-spot"] for k in keys]
         lines.append(
             f"| {m} | {len(keys)} | {stats((r['extra']['interruptions'] for r in s), fmt='{:.1f}')}"
             f" | {stats(r['cost_over_bound'] for r in a)} | "
@@ -140,13 +151,13 @@ def ablation(root: Path, models: list[str], sets: list[tuple[str, str]]) -> list
                 pairs = every
                 within = ""
             else:
-                head = load(root / "headline" / m)
+                base = head(root, m)
                 runs = load(root / name / m)
-                keys = [k for k in runs if k in head and "mark" in head[k]["by"]]
+                keys = [k for k in runs if k in base and "mark" in base[k]["by"]]
                 pairs = []
                 lows = []
                 for k in keys:
-                    on, off = head[k]["by"]["mark"], runs[k]["by"]["mark"]
+                    on, off = base[k]["by"]["mark"], runs[k]["by"]["mark"]
                     change = 100 * (off["cost_total"] / on["cost_total"] - 1)
                     pairs.append((change, change < 0 and off["within_slo"] >= SL_MIN))
                     lows.append(100 * off["within_slo"])
@@ -177,13 +188,13 @@ def declines(root: Path, models: list[str]) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for m in models:
-        head = load(root / "headline" / m)
+        base = head(root, m)
         runs = load(root / "declines-on" / m)
-        keys = [k for k in runs if k in head and "mark" in head[k]["by"]]
+        keys = [k for k in runs if k in base and "mark" in base[k]["by"]]
         if not keys:
             continue
         on = [runs[k]["by"]["mark"] for k in keys]
-        off = [head[k]["by"]["mark"] for k in keys]
+        off = [base[k]["by"]["mark"] for k in keys]
         saved = [
             100 * (1 - a["cost_total"] / b["cost_total"]) for a, b in zip(on, off, strict=True)
         ]

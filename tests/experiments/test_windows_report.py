@@ -1,0 +1,62 @@
+"""``experiments/windows/report.py``: window-by-window pairing and the ablation's verdict."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments" / "windows"))
+from report import ablation, declines, headline
+
+
+def _write(root: Path, run_set: str, key: str, results: list[dict[str, object]]) -> None:
+    path = root / run_set / "m" / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"results": results, "code": "abc"}))
+
+
+def _mark(cost: float, within: float = 0.99, declined: int = 0) -> dict[str, object]:
+    return {
+        "policy": "mark",
+        "cost_total": cost,
+        "cost_over_bound": cost / 10,
+        "within_slo": within,
+        "requests": 1000,
+        "extra": {"declined": declined},
+    }
+
+
+def test_a_rule_that_saves_more_than_its_spread_is_kept(tmp_path: Path) -> None:
+    for k, (on, off) in enumerate([(10, 12), (10, 11.5), (10, 12.5), (10, 11.8)]):
+        _write(tmp_path, "mark", f"w{k}", [_mark(on)])
+        _write(tmp_path, "no-rule", f"w{k}", [_mark(off)])
+    rows = ablation(tmp_path, ["m"], [("no-rule", "the rule")])
+    assert rows[-1].startswith("| the rule | all | 4 |") and rows[-1].endswith("| keep |")
+
+
+def test_a_rule_that_loses_on_a_third_of_the_windows_goes(tmp_path: Path) -> None:
+    # Off is cheaper on 2 of 5 windows (and meets SL_min there): it loses on 2/5.
+    pairs = [(10, 14), (10, 14), (10, 14), (10, 9.5), (10, 9.0)]
+    for k, (on, off) in enumerate(pairs):
+        _write(tmp_path, "mark", f"w{k}", [_mark(on)])
+        _write(tmp_path, "no-rule", f"w{k}", [_mark(off)])
+    rows = ablation(tmp_path, ["m"], [("no-rule", "the rule")])
+    assert "| 2/5 |" in rows[-1] and rows[-1].endswith("| **goes** |")
+
+
+def test_a_cheaper_run_that_misses_sl_min_is_not_a_loss_for_the_rule(tmp_path: Path) -> None:
+    for k in range(3):
+        _write(tmp_path, "mark", f"w{k}", [_mark(10)])
+        _write(tmp_path, "no-rule", f"w{k}", [_mark(9, within=0.95)])
+    rows = ablation(tmp_path, ["m"], [("no-rule", "the rule")])
+    assert "| 0/3 |" in rows[-1]
+    assert rows[-1].endswith("| **goes** |")  # saves nothing: its mean change is negative
+
+
+def test_the_declines_row_says_what_they_save_and_refuse(tmp_path: Path) -> None:
+    _write(tmp_path, "mark", "w0", [_mark(10)])
+    _write(tmp_path, "declines-on", "w0", [_mark(9, declined=16)])
+    row = declines(tmp_path, ["m"])[-1]
+    assert "| +10.0 ± 0.0 (+10.0) |" in row and "| 1.60 ± 0.00 (1.60) |" in row
+    assert headline(tmp_path, ["m"])[-1].startswith("| m | mark | 1 | 1.00 ± 0.00 (1.00) |")
