@@ -57,7 +57,8 @@ A rise that outruns the instances booting for it comes a few times a day, and ea
 spills a few minutes of load: with an hourly period each could decline only 1.5 % of
 its own hour, and the rest went to Lambda at about four times an instance's price,
 while the day's misses stayed well inside the allowance (Inception-v3 on Twitter
-day 10: 98.8 % within RT_max where 98 % is asked; ``experiments/table5/README.md``).
+day 10: 98.8 % within RT_max where 98 % is asked; with a day's period mark cost $13.06
+there instead of $13.20; git history of experiments/table5/README.md, 2026-11-26).
 A day is still far shorter than the 28–30 days SLOs are usually kept over; a user
 whose dashboard reads an hour sets ``period_s: 3600``."""
 

@@ -35,7 +35,8 @@ pool's own queueing misses come first, and nothing is left to rises before anyth
 is measured. With less history than a level and a lead, ``None``: plan alone.
 
 The Twitter history before Table 5's windows rises up to 4.96x within two minutes
-(``experiments/table5/README.md``). Pure.
+(per minute, the highest peak of the next two minutes over the median peak of the last
+ten; git history of experiments/table5/README.md, 2026-11-26). Pure.
 """
 
 from __future__ import annotations

@@ -20,12 +20,15 @@ started with them set, and writes the fitted model where the parent loads it fro
 parent's own numerics (the simulator's, the daemon's serving) are left alone. Measured
 on one AVX-512 machine by emulating an AVX2 one (``ATEN_CPU_CAPABILITY=avx2``,
 ``MKL_ENABLE_INSTRUCTIONS=AVX2``, numpy's AVX-512 off): the fitted weights differ
-without these settings and are identical with them (``experiments/table5/README.md``).
+without these settings and are identical with them (Inception-v3, Twitter day 10,
+seed 0: mark $13.0255 native and $13.0807 emulated before, $13.0363 both ways after;
+git history of experiments/table5/README.md, 2026-11-28).
 Not every difference between machines is a vector width: with these settings a simulation
 driven by the forecaster cost differently on an AMD EPYC than on the previous AVX-512
 machine (the same run with a perfect forecast cost the same to the cent), and no
-emulation on one CPU reproduces that (``experiments/table5/README.md``, 2026-11-28,
-morning). Other
+emulation on one CPU reproduces that (the same day-10 run: mark $13.0363 on the
+first machine, $12.9235 on the EPYC, 0.9 % apart; with ``--predictor oracle``
+$12.5112 on both; git history of experiments/table5/README.md, 2026-11-28). Other
 architectures (ARM) get their own, equally repeatable, numbers.
 
 Run as ``python -m mark.sim.pinned_fit SPEC HISTORY.npz OUT``.
