@@ -74,13 +74,13 @@ def headline(root: Path, models: list[str]) -> list[str]:
             rs = [d["by"][p] for d in runs.values() if p in d["by"]]
             if not rs:
                 continue
-            over = [r["extra"].get("over_provision") for r in rs]
+            over = [r.get("over_provision") for r in rs]
             over_s = stats([x for x in over if x is not None], "min") if any(over) else ""
-            unmet = sum(1 for r in rs if not r["extra"].get("equal_slo_met", True))
+            unmet = sum(1 for r in rs if not r.get("equal_slo_met", True))
             if unmet:
                 over_s += f"; none met SL_min on {unmet}"
             intr = (
-                stats((r["extra"].get("interruptions", 0) for r in rs), fmt="{:.1f}")
+                stats((r.get("interruptions", 0) for r in rs), fmt="{:.1f}")
                 if p == "mark-spot"
                 else ""
             )
@@ -130,7 +130,7 @@ def stressed(root: Path, models: list[str]) -> list[str]:
         s = [runs[k]["by"]["mark-spot"] for k in keys]
         a = [base[k]["by"]["mark-spot"] for k in keys]
         lines.append(
-            f"| {m} | {len(keys)} | {stats((r['extra']['interruptions'] for r in s), fmt='{:.1f}')}"
+            f"| {m} | {len(keys)} | {stats((r['interruptions'] for r in s), fmt='{:.1f}')}"
             f" | {stats(r['cost_over_bound'] for r in a)} | "
             f"{stats(r['cost_over_bound'] for r in s)} | "
             f"{stats((100 * r['within_slo'] for r in s), 'min')} |"
@@ -198,7 +198,7 @@ def declines(root: Path, models: list[str]) -> list[str]:
         saved = [
             100 * (1 - a["cost_total"] / b["cost_total"]) for a, b in zip(on, off, strict=True)
         ]
-        share = [100 * a["extra"]["declined"] / a["requests"] for a in on]
+        share = [100 * a["declined"] / a["requests"] for a in on]
         lines.append(
             f"| {m} | {len(keys)} | {stats(saved, 'min', '{:+.1f}')} | "
             f"{stats(share, fmt='{:.2f}')} | {stats((100 * a['within_slo'] for a in on), 'min')} |"

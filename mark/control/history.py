@@ -34,12 +34,21 @@ def _columns(windows: Sequence[ArrivalWindow]) -> tuple[np.ndarray, np.ndarray, 
     return start, length, count / length
 
 
+_EMPTY = (np.empty(0), np.empty(0), np.empty(0))
+
+
 def _max_into(n: int, k: np.ndarray, rate: np.ndarray) -> np.ndarray:
     """Per slot ``0..n-1``, the highest ``rate`` whose ``k`` is that slot; -inf if none."""
     out = np.full(n, -np.inf)
     inside = (k >= 0) & (k < n)
     np.maximum.at(out, k[inside], rate[inside])
     return out
+
+
+def _minute_max(at: np.ndarray, rate: np.ndarray, start: float, minutes: int) -> list[float]:
+    out = _max_into(minutes, np.floor((at - start) / 60.0).astype(np.int64), rate)
+    out[np.isneginf(out)] = math.nan
+    return [float(x) for x in out]
 
 
 def max_rate_per_minute(
@@ -49,9 +58,7 @@ def max_rate_per_minute(
     if not windows:
         return [math.nan] * minutes
     at, _, rate = _columns(windows)
-    out = _max_into(minutes, np.floor((at - start) / 60.0).astype(np.int64), rate)
-    out[np.isneginf(out)] = math.nan
-    return [float(x) for x in out]
+    return _minute_max(at, rate, start, minutes)
 
 
 class StepForecast(NamedTuple):
@@ -87,6 +94,38 @@ class LoadHistory:
     forecast's ``history_minutes``)."""
     _series: dict[str, dict[float, ArrivalWindow]] = field(default_factory=dict)
     _fetched: dict[str, float] = field(default_factory=dict)
+    _cols: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """``_series`` as columns (start, length, rate), kept in step with it: each step
+    replaces only what it read again (``_keep_columns``)."""
+
+    def _keep_columns(
+        self, model: str, since: float, start: float, read: Sequence[ArrivalWindow]
+    ) -> None:
+        """The columns after a read of ``[since, now)``: what was kept before ``since`` and
+        what was read, without what fell out before ``start``. If that does not match the
+        series one for one (a store that returned other windows), built again from it."""
+        series = self._series[model]
+        cols = self._cols.get(model)
+        if cols is not None and read:
+            at, length, rate = cols
+            keep = (at < since) & (at >= start)
+            new = _columns(read)
+            cols = (
+                np.concatenate([at[keep], new[0]]),
+                np.concatenate([length[keep], new[1]]),
+                np.concatenate([rate[keep], new[2]]),
+            )
+        elif cols is not None:
+            at, length, rate = cols
+            keep = at >= start
+            cols = (at[keep], length[keep], rate[keep])
+        if cols is None or cols[0].size != len(series):
+            cols = _columns(list(series.values())) if series else _EMPTY
+        self._cols[model] = cols
+
+    def columns(self, model: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Start, length and rate of every window as last read by ``minutes``."""
+        return self._cols.get(model, _EMPTY)
 
     async def minutes(self, model: str, now: float) -> tuple[float, list[float]]:
         """Max rate per minute of the last ``history_minutes`` minutes, the last ending now.
@@ -97,12 +136,17 @@ class LoadHistory:
         start = now - self.history_minutes * 60.0
         cache = self._series.setdefault(model, {})
         since = max(start, self._fetched.get(model, start) - 120.0)
-        for w in await self.store.arrivals(model, since, now):
+        read = await self.store.arrivals(model, since, now)
+        for w in read:
             cache[w.window_start] = w
         self._fetched[model] = now
         for key in [k for k in cache if k < start]:
             del cache[key]
-        return start, max_rate_per_minute(list(cache.values()), start, self.history_minutes)
+        self._keep_columns(model, since, start, read)
+        at, _, rate = self.columns(model)
+        if not at.size:
+            return start, [math.nan] * self.history_minutes
+        return start, _minute_max(at, rate, start, self.history_minutes)
 
     def window_minutes(self, model: str, now: float, minutes: int = 60) -> list[list[float]]:
         """The window rates of each of the last ``minutes`` whole minutes before ``now``, as
@@ -120,10 +164,9 @@ class LoadHistory:
         """The P_s window length and the rates of the windows closed by ``now`` over the last
         ``minutes``, newest first, one per window (0 where none is stored: no request
         came), as last read by ``minutes``/``forecast`` (``provisioner.persisting_load``)."""
-        windows = list(self._series.get(model, {}).values())
-        if not windows:
+        at, length, rate = self.columns(model)
+        if not at.size:
             return 60.0, []
-        at, length, rate = _columns(windows)
         window_s = float(length.min())
         n = max(0, math.floor(minutes * 60.0 / window_s))
         k = np.floor((now - (at + length)) / window_s + 1e-9).astype(np.int64)
@@ -132,12 +175,11 @@ class LoadHistory:
     def window_grid(self, model: str, start: float, minutes: int) -> np.ndarray:
         """The window rates of ``minutes`` minutes from ``start`` as last read by
         ``minutes``: a minutes × windows-per-minute array, NaN where none is stored."""
-        windows = list(self._series.get(model, {}).values())
-        window_s = min((w.window_s for w in windows), default=60.0)
+        starts, length, rate = self.columns(model)
+        window_s = float(length.min()) if length.size else 60.0
         per = max(1, round(60.0 / window_s))
         grid = np.full((minutes, per), np.nan)
-        at = np.fromiter((w.window_start - start for w in windows), float, len(windows))
-        rate = np.fromiter((w.rate for w in windows), float, len(windows))
+        at = starts - start
         k = np.floor(at / 60.0).astype(np.int64)
         j = np.clip(np.floor((at - 60.0 * k) / window_s).astype(np.int64), 0, per - 1)
         inside = (k >= 0) & (k < minutes)

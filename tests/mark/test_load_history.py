@@ -3,9 +3,10 @@ measured on the stored 5 s windows."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from mark.control.history import LoadHistory
+from mark.control.history import LoadHistory, max_rate_per_minute
 from mark.sim.memstore import MemoryStore
 from mark.state.records import ArrivalWindow
 
@@ -53,3 +54,28 @@ async def test_recent_rates_are_the_closed_windows_newest_first_with_gaps_as_zer
     assert window_s == 5.0 and len(rates) == 12
     assert rates[:6] == [30.0, 0.0, 10.0, 10.0, 10.0, 0.0]
     assert history.recent_rates("other", 28.0) == (60.0, [])
+
+
+async def test_the_columns_kept_step_by_step_are_the_series_as_read() -> None:
+    """Each step reads only its last two minutes again; the columns it keeps match the
+    stored windows one for one, late windows and those that aged out included."""
+    store = MemoryStore()
+    history = LoadHistory(store, history_minutes=10, step_s=60.0)
+    rng = np.random.default_rng(4)
+    for step in range(1, 40):
+        now = 60.0 * step
+        windows = [
+            ArrivalWindow("m", now - 60.0 + 5.0 * w, 5.0, int(rng.integers(0, 90)))
+            for w in range(12)
+        ]
+        late = ArrivalWindow("m", now - 90.0, 5.0, int(rng.integers(0, 90)))  # re-counted
+        await store.add_arrivals([*windows[:-1], late])  # the last window is not yet flushed
+        start, per_minute = await history.minutes("m", now)
+        at, length, rate = history.columns("m")
+        stored = {w.window_start: w for w in await store.arrivals("m", start, now)}
+        assert sorted(at.tolist()) == sorted(stored)
+        got = dict(zip(at.tolist(), rate.tolist(), strict=True))
+        assert got == {k: w.rate for k, w in stored.items()}
+        expected = max_rate_per_minute(list(stored.values()), start, 10)
+        np.testing.assert_array_equal(per_minute, expected)
+        assert set(length.tolist()) == {5.0}
