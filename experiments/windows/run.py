@@ -13,8 +13,11 @@ Run sets (`--sets`):
   rate), declines off (the default).
 - `baselines`: sagemaker and ec2-target-tracking (sized at pooled capacity, 2×
   over-provisioned as the paper), and each at an equal SLO (`-equal-slo`).
-- `stressed`: mark-spot with every spot instance interrupted at `STRESSED_RATE`.
-- `ablation`: mark with one rule switched off (or, for declines, on), each alone.
+- `stressed`: mark-spot with every spot instance interrupted at `STRESSED_RATE` (seed 0).
+- `ablation`: mark with one rule switched off (or, for declines, on), each alone, on
+  seed 0 of every window, paired with that window's `mark` run.
+- `warmup`: mark after a 1 h and a 6 h warm-up instead of the default 3 h, paired alike:
+  the warm-up is a measurement, chosen on these windows, not on one.
 
 Each run's JSON goes to `results/<set>/<model>/d<D>h<H>s<S>.json`; a run whose file
 exists is not run again, so a sweep resumes where it stopped. Runs are ordered seed by
@@ -60,22 +63,34 @@ class RunSet:
     args: tuple[str, ...] = ()
     rule: str = ""
     """For an ablation: the rule the run switches (off, or on for declines)."""
+    seeds: tuple[int, ...] = SEEDS
+    """The seeds it runs: an ablation is paired window by window with mark on the same
+    arrivals, so one seed per window (12 pairs a model) is its evidence, and the
+    compute goes to the windows rather than to draws of the same window."""
 
+
+ONE = (0,)  # the seed the paired sets run (RunSet.seeds)
 
 SETS: dict[str, list[RunSet]] = {
     "mark": [RunSet("mark", "mark,mark-spot")],
     "baselines": [RunSet("baselines", BASELINES)],
-    "stressed": [RunSet("spot-stressed", "mark-spot", ("--interrupt-rate", str(STRESSED_RATE)))],
+    "stressed": [
+        RunSet("spot-stressed", "mark-spot", ("--interrupt-rate", str(STRESSED_RATE)), seeds=ONE)
+    ],
     "ablation": [
-        RunSet("no-warm-pool", "mark", ("--no-warm-pool",), "warm pool"),
-        RunSet("no-early-steps", "mark", ("--no-early-steps",), "early steps"),
-        RunSet("no-persisting-floor", "mark", ("--no-persisting-floor",), "persisting floor"),
-        RunSet("no-capacity-target", "mark", ("--no-capacity-target",), "capacity target"),
-        RunSet("no-pooled-capacity", "mark", ("--pooled-capacity", "false"), "pooled capacity"),
-        RunSet("no-calendar", "mark", ("--predictor", "lstm"), "rise-ahead (calendar forecaster)"),
+        RunSet("no-warm-pool", "mark", ("--no-warm-pool",), "warm pool", ONE),
+        RunSet("no-early-steps", "mark", ("--no-early-steps",), "early steps", ONE),
+        RunSet("no-persisting-floor", "mark", ("--no-persisting-floor",), "persisting floor", ONE),
+        RunSet("no-capacity-target", "mark", ("--no-capacity-target",), "capacity target", ONE),
         RunSet(
-            "declines-on", "mark", ("--decline-share", "0.9"), "declines (0.9 of the allowance)"
+            "no-pooled-capacity", "mark", ("--pooled-capacity", "false"), "pooled capacity", ONE
         ),
+        RunSet("no-calendar", "mark", ("--predictor", "lstm"), "rise-ahead (calendar)", ONE),
+        RunSet("declines-on", "mark", ("--decline-share", "0.9"), "declines (0.9)", ONE),
+    ],
+    "warmup": [
+        RunSet("warmup-1h", "mark", ("--warmup-s", "3600"), "3 h warm-up (against 1 h)", ONE),
+        RunSet("warmup-6h", "mark", ("--warmup-s", "21600"), "3 h warm-up (against 6 h)", ONE),
     ],
 }
 
@@ -139,6 +154,7 @@ def sweep(models: list[str], sets: list[str], seeds: tuple[int, ...], jobs: int)
         for w_seed in seeds
         for name in sets
         for rs in SETS[name]
+        if w_seed in rs.seeds
         for m in models
         for w in windows((w_seed,))
     ]
@@ -161,7 +177,7 @@ def sweep(models: list[str], sets: list[str], seeds: tuple[int, ...], jobs: int)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--sets", default="mark,ablation,baselines,stressed")
+    ap.add_argument("--sets", default="mark,ablation,baselines,stressed,warmup")
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     ap.add_argument("--jobs", type=int, default=1, help="simulations run at once")
     ap.add_argument("--report", action="store_true", help="only write results.md")
