@@ -505,7 +505,13 @@ def simulate(
 
         results = run_async(
             compare(
-                workload, sim_model, chosen, cfg, forecaster=forecaster, on_progress=on_progress
+                workload,
+                sim_model,
+                chosen,
+                cfg,
+                forecaster=forecaster,
+                on_progress=on_progress,
+                cache_dir=state(ctx).settings().data_dir / "sim-cache",
             )
         )
     title = (

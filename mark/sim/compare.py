@@ -13,13 +13,17 @@ markets, and standbys where they keep them) and shared among them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,6 +88,43 @@ def bound_key(policy: Policy, cfg: SimConfig) -> BoundKey:
     return tuple(sorted(policy.markets)), (cfg.standby_type,) if policy.standbys else ()
 
 
+BOUND_CODE = (Path(__file__).parent / "bound.py", Path(__file__).parent / "models.py")
+
+
+def cached_bound(cache_dir: Path | None, solve: Callable[[], Bound], *parts: object) -> Bound:
+    """``solve()``, or the bound saved for the same inputs (``parts``: the arrivals, the
+    window, the offerings, the model, the budget) by the same bound code. A sweep runs
+    many policies on one window in separate processes; the bound is a third of each."""
+    if cache_dir is None:
+        return solve()
+    h = hashlib.sha256()
+    for f in BOUND_CODE:
+        h.update(f.read_bytes())
+    for part in parts:
+        h.update(part.tobytes() if isinstance(part, np.ndarray) else repr(part).encode())
+    path = cache_dir / "bounds" / f"{h.hexdigest()[:24]}.json"
+    if path.exists():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            raw = json.loads(path.read_text())
+            raw["offerings"], raw["markets"] = tuple(raw["offerings"]), tuple(raw["markets"])
+            fields: dict[str, Any] = {k: _finite(v) for k, v in raw.items()}
+            return Bound(**fields)
+    bound = solve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({k: _jsonable(v) for k, v in asdict(bound).items()}))
+    tmp.replace(path)
+    return bound
+
+
+def _jsonable(v: object) -> object:
+    return repr(v) if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _finite(v: object) -> object:
+    return float(v) if v in ("inf", "-inf", "nan") else v
+
+
 def policy_bound(
     result: PolicyResult,
     policy: Policy,
@@ -94,24 +135,41 @@ def policy_bound(
     arrivals: np.ndarray,
     catalog: Catalog,
     cache: dict[BoundKey, Bound] | None = None,
+    cache_dir: Path | None = None,
 ) -> PolicyResult:
-    """``result`` with its bound (from ``cache`` when this set of offerings has one) and,
-    if it missed more than its SLO allows, the bound at its own misses."""
+    """``result`` with its bound (from ``cache`` when this set of offerings has one, or
+    from ``cache_dir`` when a run before solved it) and, if it missed more than its SLO
+    allows, the bound at its own misses."""
     key = bound_key(policy, cfg)
 
     def solve(misses: int | None = None) -> Bound:
-        return window_bound(
-            model,
-            catalog,
+        def run() -> Bound:
+            return window_bound(
+                model,
+                catalog,
+                arrivals,
+                t0=workload.t0,
+                seconds=workload.seconds,
+                markets=key[0],
+                standby_types=key[1],
+                lambda_memory_mb=cfg.lambda_memory_mb,
+                lambda_concurrency=cfg.lambda_concurrency,
+                misses=misses,
+                slot_s=cfg.bound_slot_s,
+            )
+
+        return cached_bound(
+            cache_dir,
+            run,
             arrivals,
-            t0=workload.t0,
-            seconds=workload.seconds,
-            markets=key[0],
-            standby_types=key[1],
-            lambda_memory_mb=cfg.lambda_memory_mb,
-            lambda_concurrency=cfg.lambda_concurrency,
-            misses=misses,
-            slot_s=cfg.bound_slot_s,
+            workload.t0,
+            workload.seconds,
+            key,
+            model,
+            cfg.lambda_memory_mb,
+            cfg.lambda_concurrency,
+            misses,
+            cfg.bound_slot_s,
         )
 
     cache = {} if cache is None else cache
@@ -130,7 +188,10 @@ async def compare(
     *,
     forecaster: Forecaster | None,
     on_progress: OnPolicy | None = None,
+    cache_dir: Path | None = None,
 ) -> list[PolicyResult]:
+    """Every policy on the same arrivals, each with its bound (``cache_dir``: where solved
+    bounds are kept between runs, ``cached_bound``)."""
     begin = int(workload.start - cfg.warmup_s)
     arrivals = workload.arrivals(begin, workload.end, cfg.seed)
     out = []
@@ -164,6 +225,7 @@ async def compare(
                 arrivals=arrivals,
                 catalog=catalog,
                 cache=bounds,
+                cache_dir=cache_dir,
             )
         )
     return out
