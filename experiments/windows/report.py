@@ -40,6 +40,17 @@ def head(root: Path, model: str) -> dict[str, Doc]:
     return out
 
 
+def paired(root: Path, model: str, run_set: str, policy: str) -> list[tuple[Doc, Doc]]:
+    """(the shipped run, the run set's) of ``policy``, window by window, where both ran."""
+    base = head(root, model)
+    runs = load(root / run_set / model)
+    return [
+        (base[k]["by"][policy], runs[k]["by"][policy])
+        for k in runs
+        if k in base and policy in base[k]["by"] and policy in runs[k]["by"]
+    ]
+
+
 def load(folder: Path) -> dict[str, Doc]:
     """Window key → that run's results by policy (with the window and code)."""
     out: dict[str, Doc] = {}
@@ -122,15 +133,13 @@ def stressed(root: Path, models: list[str]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for m in models:
-        base = head(root, m)
-        runs = load(root / "spot-stressed" / m)
-        keys = [k for k in runs if k in base and "mark-spot" in base[k]["by"]]
-        if not keys:
+        pairs = paired(root, m, "spot-stressed", "mark-spot")
+        if not pairs:
             continue
-        s = [runs[k]["by"]["mark-spot"] for k in keys]
-        a = [base[k]["by"]["mark-spot"] for k in keys]
+        a = [x for x, _ in pairs]
+        s = [y for _, y in pairs]
         lines.append(
-            f"| {m} | {len(keys)} | {stats((r['interruptions'] for r in s), fmt='{:.1f}')}"
+            f"| {m} | {len(pairs)} | {stats((r['interruptions'] for r in s), fmt='{:.1f}')}"
             f" | {stats(r['cost_over_bound'] for r in a)} | "
             f"{stats(r['cost_over_bound'] for r in s)} | "
             f"{stats((100 * r['within_slo'] for r in s), 'min')} |"
@@ -151,13 +160,9 @@ def ablation(root: Path, models: list[str], sets: list[tuple[str, str]]) -> list
                 pairs = every
                 within = ""
             else:
-                base = head(root, m)
-                runs = load(root / name / m)
-                keys = [k for k in runs if k in base and "mark" in base[k]["by"]]
                 pairs = []
                 lows = []
-                for k in keys:
-                    on, off = base[k]["by"]["mark"], runs[k]["by"]["mark"]
+                for on, off in paired(root, m, name, "mark"):
                     change = 100 * (off["cost_total"] / on["cost_total"] - 1)
                     pairs.append((change, change < 0 and off["within_slo"] >= SL_MIN))
                     lows.append(100 * off["within_slo"])
@@ -188,19 +193,17 @@ def declines(root: Path, models: list[str]) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for m in models:
-        base = head(root, m)
-        runs = load(root / "declines-on" / m)
-        keys = [k for k in runs if k in base and "mark" in base[k]["by"]]
-        if not keys:
+        both = paired(root, m, "declines-on", "mark")
+        if not both:
             continue
-        on = [runs[k]["by"]["mark"] for k in keys]
-        off = [base[k]["by"]["mark"] for k in keys]
+        off = [x for x, _ in both]
+        on = [y for _, y in both]
         saved = [
             100 * (1 - a["cost_total"] / b["cost_total"]) for a, b in zip(on, off, strict=True)
         ]
         share = [100 * a["declined"] / a["requests"] for a in on]
         lines.append(
-            f"| {m} | {len(keys)} | {stats(saved, 'min', '{:+.1f}')} | "
+            f"| {m} | {len(both)} | {stats(saved, 'min', '{:+.1f}')} | "
             f"{stats(share, fmt='{:.2f}')} | {stats((100 * a['within_slo'] for a in on), 'min')} |"
         )
     return lines
@@ -218,27 +221,27 @@ def write_report(here: Path, models: list[str]) -> str:
         "Mean ± standard deviation (worst) over the windows each row rests on. "
         f"Code: {', '.join(codes) or 'none yet'}.",
         "",
-        "## mark and its baselines (declines off)",
+        "### mark and its baselines (declines off)",
         "",
         *headline(root, models),
         "",
-        "## Cost ratios, window by window",
+        "### Cost ratios, window by window",
         "",
         *ratios(root, models),
         "",
-        "## mark-spot when spot turns bad",
+        "### mark-spot when spot turns bad",
         "",
         *stressed(root, models),
         "",
-        "## What declines save, and what they refuse",
+        "### What declines save, and what they refuse",
         "",
         *declines(root, models),
         "",
-        "## Ablation: each rule switched off alone",
+        "### Ablation: each rule switched off alone",
         "",
         *ablation(root, models, abl),
         "",
-        "## The warm-up: mark after 1 h and 6 h against the default 3 h",
+        "### The warm-up: mark after 1 h and 6 h against the default 3 h",
         "",
         "A *keep* here says the 3 h warm-up changes the measured cost by more than its "
         "spread; the figures, not the verdict, choose the default.",
@@ -248,4 +251,20 @@ def write_report(here: Path, models: list[str]) -> str:
     ]
     text = "\n".join(parts)
     (here / "results.md").write_text(text)
+    readme = here / "README.md"
+    if readme.exists():
+        readme.write_text(into_readme(readme.read_text(), text))
     return text
+
+
+BEGIN, END = "<!-- results: written by report.py -->", "<!-- /results -->"
+
+
+def into_readme(readme: str, results: str) -> str:
+    """``readme`` with the text between its results markers replaced by ``results`` (its
+    title dropped: the README has its own heading)."""
+    if BEGIN not in readme or END not in readme:
+        return readme
+    body = results.split("\n", 2)[2] if results.startswith("# ") else results
+    head, rest = readme.split(BEGIN, 1)
+    return f"{head}{BEGIN}\n{body.strip()}\n{END}{rest.split(END, 1)[1]}"

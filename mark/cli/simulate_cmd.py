@@ -252,13 +252,25 @@ def _check_sagemaker_type(
 
 
 TARGET_TRACKING = ("sagemaker", "ec2-target-tracking")
+EQUAL_SLO = tuple(f"{p}-equal-slo" for p in TARGET_TRACKING)
 
 
 def _baseline_notes(results: list[PolicyResult]) -> list[str]:
     """Each target-tracking baseline's type and price, and its cost over every other policy."""
     lines = []
-    for base in (r for r in results if r.policy in TARGET_TRACKING):
+    for base in (r for r in results if r.policy in TARGET_TRACKING or r.policy in EQUAL_SLO):
         x = base.extra
+        if "equal_slo_met" in x:
+            lines.append(
+                f"{base.policy}: over-provisioned {x['over_provision']:g}× at "
+                f"{x['target_capacity_rps']:g} r/s per instance, "
+                + (
+                    "the least that meets SL_min on this window"
+                    if x["equal_slo_met"]
+                    else "the most tried, and it still misses SL_min"
+                )
+                + f" ({x['equal_slo_runs']} runs)"
+            )
         if "ml_price_per_hour" in x:
             lines.append(
                 f"{base.policy} runs on {x['sagemaker_type']} at ${x['ml_price_per_hour']:g}/h "
