@@ -7,7 +7,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments" / "windows"))
-from report import ablation, declines, headline  # type: ignore[import-not-found]
+from report import (  # type: ignore[import-not-found]
+    BEGIN,
+    END,
+    ablation,
+    declines,
+    headline,
+    into_readme,
+)
 
 
 def _write(root: Path, run_set: str, key: str, results: list[dict[str, object]]) -> None:
@@ -60,3 +67,11 @@ def test_the_declines_row_says_what_they_save_and_refuse(tmp_path: Path) -> None
     row = declines(tmp_path, ["m"])[-1]
     assert "| +10.0 ± 0.0 (+10.0) |" in row and "| 1.60 ± 0.00 (1.60) |" in row
     assert headline(tmp_path, ["m"])[-1].startswith("| m | mark | 1 | 1.00 ± 0.00 (1.00) |")
+
+
+def test_the_readme_gets_the_tables_between_its_markers_and_keeps_the_rest() -> None:
+    readme = f"# R\n\nsetup\n\n{BEGIN}\nold table\n{END}\n\n## After\n"
+    out = into_readme(readme, "# Results\n\nnew table\n")
+    assert out == f"# R\n\nsetup\n\n{BEGIN}\nnew table\n{END}\n\n## After\n"
+    assert into_readme(out, "# Results\n\nnewer\n").count("newer") == 1
+    assert into_readme("no markers", "x") == "no markers"
