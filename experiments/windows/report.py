@@ -147,7 +147,11 @@ def stressed(root: Path, models: list[str]) -> list[str]:
     return lines
 
 
-def ablation(root: Path, models: list[str], sets: list[tuple[str, str]]) -> list[str]:
+def ablation(
+    root: Path, models: list[str], sets: list[tuple[str, str]], expected: int = 0
+) -> list[str]:
+    """One row per rule and model, and one over every window; ``expected``: the pairs a
+    complete sweep gives, below which the verdict is marked provisional (not acted on)."""
     lines = [
         "| rule | model | windows | cost change without it (%) | loses on | "
         "within RT_max without it (%) | verdict |",
@@ -179,6 +183,8 @@ def ablation(root: Path, models: list[str], sets: list[tuple[str, str]]) -> list
             else:
                 keep = mean > sd and loses < len(pairs) / 3
                 verdict = "keep" if keep else "**goes**"
+                if len(pairs) < expected:
+                    verdict = f"so far {verdict.strip('*')} ({len(pairs)} of {expected})"
             lines.append(
                 f"| {rule} | {m} | {len(pairs)} | {stats(changes, 'min', '{:+.1f}')} | "
                 f"{loses}/{len(pairs)} | {within} | {verdict if m == 'all' else ''} |"
@@ -210,7 +216,9 @@ def declines(root: Path, models: list[str]) -> list[str]:
 
 
 def write_report(here: Path, models: list[str]) -> str:
-    from run import SETS
+    from run import DAYS, ONE, SETS, START_HOURS
+
+    per_model = len(DAYS) * len(START_HOURS) * len(ONE)  # the pairs of one model's sweep
 
     root = here / "results"
     codes = sorted({d["code"] for f in root.glob("*/*") if f.is_dir() for d in load(f).values()})
@@ -239,14 +247,16 @@ def write_report(here: Path, models: list[str]) -> str:
         "",
         "### Ablation: each rule switched off alone",
         "",
-        *ablation(root, models, abl),
+        *ablation(root, models, abl, per_model * len(models)),
         "",
         "### The warm-up: mark after 1 h and 6 h against the default 3 h",
         "",
         "A *keep* here says the 3 h warm-up changes the measured cost by more than its "
         "spread; the figures, not the verdict, choose the default.",
         "",
-        *ablation(root, models, [(rs.name, rs.rule) for rs in SETS["warmup"]]),
+        *ablation(
+            root, models, [(rs.name, rs.rule) for rs in SETS["warmup"]], per_model * len(models)
+        ),
         "",
     ]
     text = "\n".join(parts)
