@@ -147,48 +147,64 @@ def stressed(root: Path, models: list[str]) -> list[str]:
     return lines
 
 
+def verdict(changes: list[float], loses: int) -> str:
+    """Issue #48's rule on the windows where the rule acts: kept if its mean saving
+    exceeds the spread (standard deviation) of the per-window change and it loses on
+    fewer than a third of them; *inert* where it changed nothing on any window."""
+    if all(abs(c) < 1e-9 for c in changes):
+        return "inert"
+    mean = statistics.fmean(changes)
+    sd = statistics.stdev(changes) if len(changes) > 1 else 0.0
+    return "keep" if mean > sd and loses < len(changes) / 3 else "goes"
+
+
 def ablation(
     root: Path, models: list[str], sets: list[tuple[str, str]], expected: int = 0
 ) -> list[str]:
-    """One row per rule and model, and one over every window; ``expected``: the pairs a
-    complete sweep gives, below which the verdict is marked provisional (not acted on)."""
+    """One row per rule and model, and one over the windows of every model where the rule
+    acts (a rule inert on a model, e.g. one that needs spill to answer in time, is judged
+    where it can act); ``expected``: the pairs a complete sweep gives, below which the
+    overall verdict is marked provisional (not acted on)."""
     lines = [
         "| rule | model | windows | cost change without it (%) | loses on | "
         "within RT_max without it (%) | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, rule in sets:
-        every: list[tuple[float, bool]] = []
-        for m in [*models, "all"]:
-            if m == "all":
-                pairs = every
-                within = ""
-            else:
-                pairs = []
-                lows = []
-                for on, off in paired(root, m, name, "mark"):
-                    change = 100 * (off["cost_total"] / on["cost_total"] - 1)
-                    pairs.append((change, change < 0 and off["within_slo"] >= SL_MIN))
-                    lows.append(100 * off["within_slo"])
-                every += pairs
-                within = stats(lows, "min")
+        acting: list[tuple[float, bool]] = []
+        total = 0
+        for m in models:
+            pairs: list[tuple[float, bool]] = []
+            lows = []
+            for on, off in paired(root, m, name, "mark"):
+                change = 100 * (off["cost_total"] / on["cost_total"] - 1)
+                pairs.append((change, change < 0 and off["within_slo"] >= SL_MIN))
+                lows.append(100 * off["within_slo"])
             if not pairs:
                 continue
+            total += len(pairs)
             changes = [c for c, _ in pairs]
             loses = sum(1 for _, lost in pairs if lost)
-            mean = statistics.fmean(changes)
-            sd = statistics.stdev(changes) if len(changes) > 1 else 0.0
-            if name == "declines-on":
-                verdict = "(opt-in)"
-            else:
-                keep = mean > sd and loses < len(pairs) / 3
-                verdict = "keep" if keep else "**goes**"
-                if len(pairs) < expected:
-                    verdict = f"so far {verdict.strip('*')} ({len(pairs)} of {expected})"
+            v = "(opt-in)" if name == "declines-on" else verdict(changes, loses)
+            if v != "inert":
+                acting += pairs
             lines.append(
                 f"| {rule} | {m} | {len(pairs)} | {stats(changes, 'min', '{:+.1f}')} | "
-                f"{loses}/{len(pairs)} | {within} | {verdict if m == 'all' else ''} |"
+                f"{loses}/{len(pairs)} | {stats(lows, 'min')} | {v} |"
             )
+        if not total or name == "declines-on":
+            continue
+        changes = [c for c, _ in acting]
+        loses = sum(1 for _, lost in acting if lost)
+        v = verdict(changes, loses) if acting else "inert: goes"
+        if total < expected:
+            v = f"so far {v} ({total} of {expected})"
+        cells = (
+            f"{len(acting)} | {stats(changes, 'min', '{:+.1f}')} | {loses}/{len(acting)}"
+            if acting
+            else "0 | – | –"
+        )
+        lines.append(f"| {rule} | where it acts | {cells} |  | **{v}** |")
     return lines
 
 

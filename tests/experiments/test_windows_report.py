@@ -39,7 +39,8 @@ def test_a_rule_that_saves_more_than_its_spread_is_kept(tmp_path: Path) -> None:
         _write(tmp_path, "mark", f"w{k}", [_mark(on)])
         _write(tmp_path, "no-rule", f"w{k}", [_mark(off)])
     rows = ablation(tmp_path, ["m"], [("no-rule", "the rule")])
-    assert rows[-1].startswith("| the rule | all | 4 |") and rows[-1].endswith("| keep |")
+    assert rows[-1].startswith("| the rule | where it acts | 4 |")
+    assert rows[-1].endswith("| **keep** |") and rows[-2].endswith("| keep |")
 
 
 def test_a_rule_that_loses_on_a_third_of_the_windows_goes(tmp_path: Path) -> None:
@@ -59,6 +60,23 @@ def test_a_cheaper_run_that_misses_sl_min_is_not_a_loss_for_the_rule(tmp_path: P
     rows = ablation(tmp_path, ["m"], [("no-rule", "the rule")])
     assert "| 0/3 |" in rows[-1]
     assert rows[-1].endswith("| **goes** |")  # saves nothing: its mean change is negative
+
+
+def test_a_rule_inert_on_one_model_is_judged_where_it_acts(tmp_path: Path) -> None:
+    for k in range(3):
+        for model, off in (("m", 12.0), ("n", 10.0)):
+            path = tmp_path / "mark" / model / f"w{k}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"results": [_mark(10.0 + 0.1 * k)]}))
+            path = tmp_path / "no-rule" / model / f"w{k}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(
+                json.dumps({"results": [_mark(off + 0.1 * k if model == "m" else 10.0 + 0.1 * k)]})
+            )
+    rows = ablation(tmp_path, ["m", "n"], [("no-rule", "the rule")], expected=8)
+    assert rows[-2].endswith("| inert |")  # model n: nothing changed on any window
+    assert rows[-1].startswith("| the rule | where it acts | 3 |")
+    assert rows[-1].endswith("| **so far keep (6 of 8)** |")
 
 
 def test_the_declines_row_says_what_they_save_and_refuse(tmp_path: Path) -> None:
