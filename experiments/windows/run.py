@@ -115,10 +115,13 @@ def out_path(run_set: RunSet, model: str, w: Window) -> Path:
 
 
 def commit() -> str:
-    done = subprocess.run(
-        ["git", "-C", str(HERE), "describe", "--always", "--dirty"], capture_output=True, text=True
-    )
-    return done.stdout.strip() or "unknown"
+    """The commit the runs are made at, ``-dirty`` if the code a simulation runs (not the
+    results or their report) differs from it."""
+    git = ["git", "-C", str(HERE)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    code = ("mark", "provisioner", "bouncer", "predictor")
+    dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", *code], cwd=HERE.parents[1])
+    return (head.stdout.strip() or "unknown") + ("-dirty" if dirty.returncode else "")
 
 
 def run_one(run_set: RunSet, model: str, w: Window, code: str) -> float:
