@@ -179,6 +179,7 @@ class Agent:
     """The frontend's token every request must carry; None checks nothing (agents built
     in-process by tests; ``main`` always sets one)."""
     _probe: asyncio.Future[Any] | None = None
+    _probe_started: float = 0.0  # perf_counter when the probe in flight began
 
     @property
     def busy_until(self) -> float:
@@ -281,22 +282,25 @@ class Agent:
 
         ``/health`` answers from the event loop even while the model is stuck in its
         thread; this goes where the batches go, so a hung model fails it (503) and
-        the daemon drains and replaces the instance.
+        the daemon drains and replaces the instance. Several frontends probe one agent:
+        a probe that arrives while another's inference is in flight shares it (and its
+        deadline) rather than starting a second, so two healthy probes never fail each
+        other; only an inference older than the timeout is a stuck model.
         """
         if self.example is None:
             return web.json_response({"live": True, "probe": "none"})
-        if self._probe is not None and not self._probe.done():
-            why = "the previous probe has not finished: the model is stuck"
-            return web.json_response({"live": False, "reason": why}, status=503)
-        loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
-        # One instance of the one input, or a batch of one of every named input.
-        probe = self.example if isinstance(self.example, dict) else self.example[None]
-        self._probe = loop.run_in_executor(self._executor, self.infer, probe)
+        if self._probe is None or self._probe.done():
+            loop = asyncio.get_running_loop()
+            # One instance of the one input, or a batch of one of every named input.
+            probe = self.example if isinstance(self.example, dict) else self.example[None]
+            self._probe = loop.run_in_executor(self._executor, self.infer, probe)
+            self._probe_started = t0
+        left = self.probe_timeout_s - (t0 - self._probe_started)
         try:
-            await asyncio.wait_for(asyncio.shield(self._probe), self.probe_timeout_s)
+            await asyncio.wait_for(asyncio.shield(self._probe), max(left, 0.0))
         except TimeoutError:
-            why = f"one inference took over {self.probe_timeout_s:g} s"
+            why = f"one inference took over {self.probe_timeout_s:g} s: the model is stuck"
             return web.json_response({"live": False, "reason": why}, status=503)
         except Exception as exc:  # the model itself fails: not live either
             return web.json_response({"live": False, "reason": str(exc)}, status=503)

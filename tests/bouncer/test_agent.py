@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -253,3 +254,62 @@ def test_daemon_token_is_the_environment_s_else_one_random_per_process(
     assert token_headers() == {TOKEN_HEADER: "from-the-stack"}
     assert token_matches("from-the-stack", "from-the-stack")
     assert not token_matches(None, "x") and not token_matches("", "x")
+
+
+# -- liveness probes from several frontends --------------------------------------------------
+
+
+class _HeldAgent(Agent):
+    """An agent whose probe inference waits for the test to release it, and counts runs."""
+
+    def __init__(self, model_path: Path, timeout_s: float) -> None:
+        super().__init__(
+            runner=source_runner(str(model_path)),
+            latency=BatchLatency.from_mapping({1: 0.01}),
+            example=np.zeros((2, 3), dtype=np.float32),
+            probe_timeout_s=timeout_s,
+        )
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.runs = 0
+
+    def infer(self, batch: Any) -> Any:
+        self.runs += 1
+        self.started.set()
+        self.release.wait(30)
+        return super().infer(batch)
+
+
+async def test_a_probe_during_another_shares_its_inference(model_path: Path) -> None:
+    """Two frontends probe at once: the second waits for the first's inference (one run)
+    instead of being told the model is stuck; both hear it is live."""
+    agent = _HeldAgent(model_path, timeout_s=20.0)
+    async with TestClient(TestServer(agent.app())) as client:
+        first = asyncio.create_task(client.get("/live"))
+        assert await asyncio.to_thread(agent.started.wait, 10)  # its inference is in flight
+        second = asyncio.create_task(client.get("/live"))
+        await asyncio.sleep(0.2)
+        assert not second.done()  # it waits for the one in flight
+        agent.release.set()
+        answers = [await first, await second]
+        assert [a.status for a in answers] == [200, 200]
+        assert agent.runs == 1
+        assert (await client.get("/live")).status == 200  # the next probe runs anew
+        assert agent.runs == 2
+
+
+async def test_a_stuck_inference_fails_every_probe_by_its_own_deadline(model_path: Path) -> None:
+    """The shared inference is held past the timeout: the probes that wait on it fail at
+    its deadline, and one that comes later fails at once."""
+    agent = _HeldAgent(model_path, timeout_s=0.5)
+    async with TestClient(TestServer(agent.app())) as client:
+        first = asyncio.create_task(client.get("/live"))
+        assert await asyncio.to_thread(agent.started.wait, 10)
+        second = await client.get("/live")
+        assert second.status == 503 and "stuck" in (await second.json())["reason"]
+        assert (await first).status == 503
+        t = time.perf_counter()
+        late = await client.get("/live")
+        assert late.status == 503 and time.perf_counter() - t < 0.4  # no new wait
+        assert agent.runs == 1  # no second inference queued behind the stuck one
+        agent.release.set()
