@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -31,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bouncer.agent_token import TOKEN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,6 +45,8 @@ wrk.body = os.getenv("BENCH_BODY")
 wrk.headers["Content-Type"] = "application/json"
 local key = os.getenv("BENCH_KEY")
 if key then wrk.headers["Authorization"] = "Bearer " .. key end
+local agent_token = os.getenv("BENCH_AGENT_TOKEN")
+if agent_token then wrk.headers["X-Mark-Agent-Token"] = agent_token end
 math.randomseed(tonumber(os.getenv("BENCH_SEED") or "1"))
 if rate > 0 then
   function delay()
@@ -89,6 +94,7 @@ async def _frontend(agent_url: str) -> None:
 
     import aiohttp
 
+    from bouncer.agent_token import token_headers
     from bouncer.latency import BatchLatency
     from mark.clock import WallClock
     from mark.config import load_settings
@@ -112,7 +118,8 @@ async def _frontend(agent_url: str) -> None:
     )
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
     models = serving(settings, WallClock().now, session, None)
-    async with session.get(f"{agent_url}/health") as r:
+    async with session.get(f"{agent_url}/health", headers=token_headers()) as r:
+        r.raise_for_status()
         table = {int(b): float(t) for b, t in (await r.json())["batch_latency_s"]}
     disp = models["tiny"].dispatcher
     assert disp is not None
@@ -137,6 +144,8 @@ def _wrk(
         "BENCH_RATE": str(rate),
         "BENCH_CONNS": str(conns),
     }
+    if "/v1/batch" in url:  # straight to the agent: it answers only the frontend's token
+        env["BENCH_AGENT_TOKEN"] = os.environ[TOKEN_ENV]
     out = subprocess.run(
         ["wrk", "-t1", f"-c{conns}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(script), url],
         capture_output=True,
@@ -177,6 +186,8 @@ def main() -> None:
     from mark.serve.auth import issue
 
     os.environ["BENCH_KEY"] = issue("bench", ["inference"], 0.0)[1]  # frontend and wrk read it
+    # The agent answers only requests that carry this (the frontend's, and wrk's direct ones).
+    os.environ[TOKEN_ENV] = secrets.token_urlsafe(32)
     tmp = Path(tempfile.mkdtemp())
     script = tmp / "bench.lua"
     script.write_text(LUA)

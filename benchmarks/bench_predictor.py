@@ -5,7 +5,7 @@ forecast under 20 ms. Training uses the model's defaults (one torch thread);
 forecasts are timed from 200 different origins in the last 4 days, each
 call given the full history up to its origin, as the control loop would.
 
-    nice -n 10 .venv/bin/python benchmarks/bench_predictor.py [TRACE] [--seed N]
+    nice -n 10 .venv/bin/python benchmarks/bench_predictor.py [TRACE] [--seed N] [--epochs N]
 
 TRACE defaults to the Twitter dev trace the package ships; 'mmpp' generates 14 days.
 """
@@ -39,11 +39,12 @@ def main() -> None:
     parser.add_argument("trace", nargs="?", default=DEFAULT_TRACE)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--epochs", type=int, default=None, help="default: the model's own")
     args = parser.parse_args()
 
     history = load(args.trace)
     train = history.head(10 * MINUTES_PER_DAY)
-    model = LSTMForecaster(seed=args.seed)
+    model = LSTMForecaster(seed=args.seed, **({"epochs": args.epochs} if args.epochs else {}))
     started = time.perf_counter()
     model.fit(train)
     train_s = time.perf_counter() - started

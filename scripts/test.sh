@@ -13,6 +13,12 @@ fi
 .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' \
   2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 
+# OS packages the suite drives: wrk, the frontend benchmark's load generator (its smoke run,
+# tests/benchmarks). Installed where this runs as root with apt; elsewhere, install it first.
+if ! command -v wrk >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && apt-get install -y -qq wrk) >/dev/null
+fi
+
 .venv/bin/ruff format --check .
 .venv/bin/ruff check .
 .venv/bin/mypy
