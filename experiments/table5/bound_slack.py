@@ -89,6 +89,8 @@ class Row:
     bound_per_hour: float
     set_by: str
     fleet: Fleet | None
+    fluid_per_hour: float
+    """The bound without its burst rows (``mark.sim.bound_bursts``): what they add."""
 
     @property
     def ratio(self) -> float:
@@ -104,10 +106,16 @@ def measure(model: SimModel, catalog: Catalog, rate: float, hours: float, seed: 
     lead = model.rt_max_s + 60.0  # arrivals before the window: batch neighbours
     seconds = hours * 3600.0
     arrivals = poisson_arrivals(rate, lead + seconds, seed)
-    bound = window_bound(model, catalog, arrivals, t0=lead, seconds=seconds, markets=["on-demand"])
+    bounds = [
+        window_bound(
+            model, catalog, arrivals, t0=lead, seconds=seconds, markets=["on-demand"], bursts=b
+        )
+        for b in (True, False)
+    ]
     options = model_options(model, catalog, ["on-demand"], True, BOOT_S)
-    set_by = str(bound.summary()["set_by"])
-    return Row(rate, bound.value / hours, set_by, cheapest_fleet(options, rate))
+    set_by = str(bounds[0].summary()["set_by"])
+    fleet = cheapest_fleet(options, rate)
+    return Row(rate, bounds[0].value / hours, set_by, fleet, bounds[1].value / hours)
 
 
 def table(name: str, rows: list[Row]) -> str:
@@ -115,9 +123,9 @@ def table(name: str, rows: list[Row]) -> str:
     out = [
         f"**{name}** (on-demand, an hour of Poisson arrivals per rate)",
         "",
-        "| rate r/s | bound $/h | set by | cheapest whole fleet within the SLO | $/h "
-        "| fleet / bound |",
-        "|---|---|---|---|---|---|",
+        "| rate r/s | bound without burst rows $/h | bound $/h | set by "
+        "| cheapest whole fleet within the SLO | $/h | fleet / bound without | fleet / bound |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         fleet = (
@@ -126,9 +134,10 @@ def table(name: str, rows: list[Row]) -> str:
             else (f"{r.fleet.count} × {r.fleet.instance_type}")
         )
         cost = "–" if r.fleet is None else f"{r.fleet.per_hour:.3f}"
+        before = math.inf if r.fleet is None else r.fleet.per_hour / r.fluid_per_hour
         out.append(
-            f"| {r.rate:g} | {r.bound_per_hour:.3f} | {r.set_by} | {fleet} | {cost} "
-            f"| {r.ratio:.2f}× |"
+            f"| {r.rate:g} | {r.fluid_per_hour:.3f} | {r.bound_per_hour:.3f} | {r.set_by} "
+            f"| {fleet} | {cost} | {before:.2f}× | {r.ratio:.2f}× |"
         )
     return "\n".join(out)
 

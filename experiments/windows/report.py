@@ -59,6 +59,7 @@ def load(folder: Path) -> dict[str, Doc]:
         out[path.stem] = {
             "by": {r["policy"]: r for r in doc["results"]},
             "code": doc.get("code", "?"),
+            "bound_code": doc.get("bound_code", "before bound_code"),
         }
     return out
 
@@ -237,13 +238,20 @@ def write_report(here: Path, models: list[str]) -> str:
     per_model = len(DAYS) * len(START_HOURS) * len(ONE)  # the pairs of one model's sweep
 
     root = here / "results"
-    codes = sorted({d["code"] for f in root.glob("*/*") if f.is_dir() for d in load(f).values()})
+    docs = [d for f in root.glob("*/*") if f.is_dir() for d in load(f).values()]
+    codes = sorted({d["code"] for d in docs})
+    bound_codes = sorted({d["bound_code"] for d in docs})
     abl = [(rs.name, rs.rule) for rs in SETS["ablation"] if rs.name != "declines-on"]
     parts = [
         "# Results",
         "",
         "Mean ± standard deviation (worst) over the windows each row rests on. "
-        f"Code: {', '.join(codes) or 'none yet'}.",
+        f"Code: {', '.join(codes) or 'none yet'}. Bound code: {', '.join(bound_codes) or '–'}"
+        + (
+            " (**mixed: cost / bound compares bounds of different code; run rebound.py**)."
+            if len(bound_codes) > 1
+            else "."
+        ),
         "",
         "### mark and its baselines (declines off)",
         "",

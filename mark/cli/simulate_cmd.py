@@ -22,7 +22,7 @@ from mark.catalog.hosting import family_of
 from mark.cli.context import console, err_console, run_async, state
 from mark.errors import ConfigError, UnknownOffering
 from mark.sim.bound import Bound
-from mark.sim.compare import compare, train_forecaster
+from mark.sim.compare import bound_code, compare, train_forecaster
 from mark.sim.models import PAPER_MODELS, paper_model
 from mark.sim.oracle_forecast import ORACLE, OracleForecast
 from mark.sim.policies import POLICIES, Policy, parse_policies
@@ -542,6 +542,7 @@ def simulate(
         "bounds": [
             {"policies": names, **bound.summary()} for bound, names in _distinct_bounds(results)
         ],
+        "bound_code": bound_code(),
         "simulation_seconds": {r.policy: r.extra.get("wall_s") for r in results},
         "notes": list(sim_model.notes),
     }

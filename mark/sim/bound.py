@@ -108,6 +108,16 @@ into its slot add ``(δ−ξ)/δ`` to ``a`` and ``ξ/δ`` to ``b``. Then:
    (a clairvoyant dispatcher could time every batch), nor for whole instances: where
    those bind, the bound stays loose.
 
+7. *Burst rows* (``burst_rows``; their proof is ``mark.sim.bound_bursts``'s docstring).
+   Requests that arrive within a short interval ``I`` of slot ``w`` are answered inside
+   ``I'`` (``I`` plus RT_max), where one run of ``o`` answers at most ``cap_o(|I'|)`` of
+   them, so ``N_I − m[w] − Σ_j y[w,j] ≤ Σ_o cap_o·D_o`` with ``D_o`` the runs that can meet
+   ``I'``: those running in slot ``w − 1`` and those started since (each billed a minute).
+   Where a batch takes most of RT_max (NASNet, OpenNMT-ende) this is what charges for
+   bursts; pruning then also compares ``cap`` per dollar (``bound_bursts.dominated``).
+   ``window_bound`` adds them only where Lambda cannot answer in time (elsewhere a burst's
+   excess goes to Lambda at its price per request, and they added nothing).
+
 So every SLO-meeting run is a feasible point whose LP objective is at most its
 cost: the LP optimum is a lower bound. HiGHS solves it to optimality (through
 ``scipy.optimize.linprog``, as ``provisioner.milp`` reaches it through
@@ -162,7 +172,8 @@ over the requests (``_cover_seconds``). ``presence_floor`` takes the best ``λ``
 every ``λ`` gives a valid floor, so an inexact search only weakens it.
 
 What it leaves out (each only lowers it): boot time, forecast error, the
-planner's 98 %-quantile capacity, integer instances, queueing, cold starts, Lambda
+planner's 98 %-quantile capacity, integer instances, queueing beyond the burst rows'
+short intervals, cold starts, Lambda
 throttling beyond the concurrency, the fleet limit, spot interruptions.
 """
 
@@ -176,11 +187,20 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import OptimizeResult, linprog
-from scipy.sparse import coo_matrix
+from scipy.sparse import coo_matrix, csr_matrix, vstack
 
 from mark.billing import EC2_MINIMUM_S
 from mark.catalog import Catalog, Market
 from mark.errors import UnknownOffering
+from mark.sim.bound_bursts import (
+    BURST_LENGTHS,
+    Bursts,
+    burst_lengths,
+    bursts,
+    caps,
+    dominated,
+)
+from mark.sim.bound_bursts import serve_times as _serve_times
 from mark.sim.models import SimModel
 from provisioner.batching import PROFILE_BATCHES
 
@@ -489,6 +509,29 @@ def miss_budget(requests: int, sl_min: float) -> int:
     return math.floor((1.0 - sl_min) * requests + 1e-9)
 
 
+def serve_times(o: BoundOffering, rt_max_s: float, longest_s: float) -> NDArray[np.float64]:
+    """``τ[k]`` (``bound_bursts.serve_times``) far enough that ``τ[-1] > longest_s``; an
+    offering known only by its rate serves ``k`` in ``k/μ``."""
+    most = int(o.rate_rps * longest_s) + 2  # τ[k] ≥ k/μ
+    if o.latency is None:
+        return np.arange(most + 1) / o.rate_rps
+    return _serve_times(o.latency, o.max_batch, rt_max_s, most)
+
+
+def burst_rows(
+    arrivals: NDArray[np.float64],
+    t0: float,
+    seconds: float,
+    slot_s: float,
+    offerings: Sequence[BoundOffering],
+    rt_max_s: float,
+) -> Bursts:
+    """The burst rows (``mark.sim.bound_bursts``) of the window; ``arrivals`` sorted."""
+    taus = [serve_times(o, rt_max_s, slot_s + rt_max_s) for o in offerings if o.rate_rps > 0]
+    lengths = burst_lengths(taus, rt_max_s, slot_s, BURST_LENGTHS)
+    return bursts(arrivals, t0, seconds, slot_s, rt_max_s, lengths)
+
+
 def prune_dominated(offerings: Sequence[BoundOffering]) -> list[BoundOffering]:
     """The offerings with the least price per rate (exact for this LP; see the module doc).
 
@@ -527,10 +570,11 @@ def system_bound(
     markets: Sequence[str] = (),
     prune: bool = True,
     batch_floor: BatchFloor | None = None,
+    bursts: Bursts | None = None,
 ) -> Bound:
     """The LP of the module docstring on ``counts`` (requests per slot of ``slot_s``);
     ``batch_floor`` (the requests of each slot grouped by π, ``batch_floor``) adds the
-    batching floor."""
+    batching floor, ``bursts`` (``burst_rows``) the burst rows."""
     k_f = EC2_MINIMUM_S / slot_s
     k = round(k_f)
     if slot_s <= 0 or abs(k_f - k) > 1e-9 or k < 1:
@@ -540,8 +584,20 @@ def system_bound(
     t_start = time.perf_counter()
     demand = np.asarray(counts, dtype=float)
     n_req = int(demand.sum())
-    opts = prune_dominated(offerings) if prune else list(offerings)
     n_w = demand.size
+    cap = np.zeros((len(offerings), 0), dtype=np.int64)
+    if bursts is not None and bursts.count.size and offerings:
+        longest = float(bursts.reach_s.max())
+        cap = np.stack([caps(serve_times(o, rt_max_s, longest), bursts.reach_s) for o in offerings])
+    if not prune:
+        opts = list(offerings)
+    elif cap.shape[1]:  # burst rows weigh offerings by cap too (bound_bursts, pruning)
+        drop = dominated(
+            [o.price_per_hour for o in offerings], [o.price_per_request for o in offerings], cap
+        )
+        opts, cap = [o for o, d in zip(offerings, drop, strict=True) if not d], cap[~drop]
+    else:
+        opts = prune_dominated(offerings)
     h = max(1, math.ceil(rt_max_s / slot_s - 1e-12))
     n_s = n_w + k  # slots modelled: the window, then what a late start is still billed
     n_o = len(opts)
@@ -680,17 +736,24 @@ def system_bound(
     b_eq = np.concatenate([demand, np.zeros(n_eq - n_w)])
 
     upper = np.concatenate(b_ub)
+    burst_a, burst_b = _burst_matrix(
+        bursts, cap, n_var, n_s, h, m_c, y_c if use_lambda else None, (n_c, a_c, b_c, c_c)
+    )
+    a_ub = vstack([a_ub, burst_a]).tocsr()
+    upper = np.concatenate([upper, burst_b])
 
     def solve(method: str) -> OptimizeResult:
         return linprog(
             cost, A_ub=a_ub, b_ub=upper, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method=method
         )
 
-    # The floor's rows slow HiGHS's dual simplex tenfold (NASNet, day 10: 230 s); its
-    # interior point, with crossover to a vertex, solves the same LP in 20 s. Where the
-    # interior point reports anything but an optimum or infeasibility, the simplex decides.
-    res = solve("highs-ipm" if floor_rows else "highs")
-    if floor_rows and res.status not in (0, 2):
+    # The floor's and the burst rows slow HiGHS's dual simplex tenfold (NASNet, day 10:
+    # 230 s); its interior point, with crossover to a vertex, solves the same LP in 20 s.
+    # Where the interior point reports anything but an optimum or infeasibility, the
+    # simplex decides.
+    slow = floor_rows or burst_b.size
+    res = solve("highs-ipm" if slow else "highs")
+    if slow and res.status not in (0, 2):
         res = solve("highs")
     solve_s = time.perf_counter() - t_start
     if res.status == 2:  # infeasible: no schedule of this world meets the SLO
@@ -722,6 +785,56 @@ def system_bound(
         solve_s=solve_s,
         status="optimal",
     )
+
+
+def _burst_matrix(
+    bursts: Bursts | None,
+    cap: NDArray[np.int64],
+    n_var: int,
+    n_s: int,
+    h: int,
+    m_c: NDArray[np.int64],
+    y_c: NDArray[np.int64] | None,
+    blocks: tuple[NDArray[np.int64], ...],
+) -> tuple[csr_matrix, NDArray[np.float64]]:
+    """The burst rows (``A x ≤ b``) over the LP's columns: ``N_I − m[w] − Σ_j y[w,j] ≤
+    Σ_o cap_o·(n[o,w−1] + b[o,w−1] + S)``, ``S`` the starts in slots ``w..e``, ``c[e] −
+    c[w−1]``, and again with those of slot ``e`` before ``I'`` ends only, ``c[e−1] −
+    c[w−1] + a[e]/(1 − tail)`` (``bound_bursts``, "the row")."""
+    if bursts is None or not cap.shape[0] or not cap.shape[1]:
+        return csr_matrix((0, n_var)), np.zeros(0)
+    n_c, a_c, b_c, c_c = blocks
+    count = cap.shape[1]
+    w, e = bursts.slot, np.minimum(bursts.last, n_s - 1)
+    later = w > 0  # slot 0: runs start at t0 at the earliest
+    inner = e > 0
+    rows: list[NDArray[np.int64]] = []
+    cs: list[NDArray[np.int64]] = []
+    vs: list[NDArray[np.float64]] = []
+
+    def add(r: NDArray[np.int64], c: NDArray[np.int64], v: float | NDArray[np.float64]) -> None:
+        rows.append(np.asarray(r, dtype=np.int64).ravel())
+        cs.append(np.asarray(c, dtype=np.int64).ravel())
+        vs.append(np.broadcast_to(np.asarray(v, dtype=float), np.shape(c)).ravel())
+
+    for variant in range(2):
+        r = variant * count + np.arange(count)
+        add(r, m_c[w], -1.0)
+        if y_c is not None:
+            add(np.repeat(r, h + 1), y_c[w].ravel(), -1.0)
+        for o in range(cap.shape[0]):
+            if variant == 0:
+                add(r, c_c[o, e], -cap[o])
+            else:
+                add(r[inner], c_c[o, e[inner] - 1], -cap[o, inner])
+                add(r, a_c[o, e], -cap[o] / (1.0 - bursts.tail))
+            for block, sign in ((n_c, -1.0), (b_c, -1.0), (c_c, 1.0)):
+                add(r[later], block[o, w[later] - 1], sign * cap[o, later])
+    a = coo_matrix(
+        (np.concatenate(vs), (np.concatenate(rows), np.concatenate(cs))),
+        shape=(2 * count, n_var),
+    ).tocsr()
+    return a, -np.tile(bursts.count.astype(float), 2)
 
 
 def _cover_seconds(times: Sequence[float], weight: float, phi: float) -> float:
@@ -819,15 +932,22 @@ def window_bound(
     misses: int | None = None,
     slot_s: float = DEFAULT_SLOT_S,
     prune: bool = True,
+    bursts: bool = True,
 ) -> Bound:
     """The bound for one measured window ``[t0, t0 + seconds)`` of ``arrivals``, with the
     offerings of ``markets`` (and ``standby_types``) and the simulated Lambda; ``misses``
-    replaces the SLO's budget (a run that missed more is bounded at its own misses)."""
+    replaces the SLO's budget (a run that missed more is bounded at its own misses);
+    ``bursts=False`` leaves out the burst rows (to show what they add). They are added only
+    where Lambda cannot answer in time: elsewhere a burst's excess can go to Lambda at its
+    price per request, and on Inception-v3 and LSTM-ptb (Twitter day 10 and 12, 8 h) they
+    raised the bound by nothing (Inception-v3: an hour of days 10 and 12; LSTM-ptb: 8 h of
+    day 12) while they slowed its solve from seconds to two minutes."""
     counts = slot_counts(arrivals, t0, seconds, slot_s)
     budget = miss_budget(int(counts.sum()), model.sl_min)
     offerings = bound_offerings(model, catalog, markets, standby_types)
     allowed = budget if misses is None else max(budget, misses)
     lam = lambda_terms(model, catalog, lambda_memory_mb, lambda_concurrency)
+    ordered = np.sort(arrivals)
     lp = system_bound(
         counts,
         offerings,
@@ -837,7 +957,10 @@ def window_bound(
         slot_s=slot_s,
         markets=markets,
         prune=prune,
-        batch_floor=batch_floor(np.sort(arrivals), t0, seconds, slot_s, offerings, model.rt_max_s),
+        batch_floor=batch_floor(ordered, t0, seconds, slot_s, offerings, model.rt_max_s),
+        bursts=burst_rows(ordered, t0, seconds, slot_s, offerings, model.rt_max_s)
+        if bursts and lam.latency_s > model.rt_max_s + SLO_EPS_S
+        else None,
     )
     floor = presence_floor(
         arrivals,

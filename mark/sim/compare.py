@@ -88,7 +88,7 @@ def bound_key(policy: Policy, cfg: SimConfig) -> BoundKey:
     return tuple(sorted(policy.markets)), (cfg.standby_type,) if policy.standbys else ()
 
 
-BOUND_CODE = (Path(__file__).parent / "bound.py", Path(__file__).parent / "models.py")
+BOUND_CODE = tuple(Path(__file__).parent / f for f in ("bound.py", "bound_bursts.py", "models.py"))
 
 
 def cached_bound(cache_dir: Path | None, solve: Callable[[], Bound], *parts: object) -> Bound:
@@ -125,6 +125,58 @@ def _finite(v: object) -> object:
     return float(v) if v in ("inf", "-inf", "nan") else v
 
 
+def solve_bound(
+    key: BoundKey,
+    *,
+    workload: Workload,
+    model: SimModel,
+    cfg: SimConfig,
+    arrivals: np.ndarray,
+    catalog: Catalog,
+    misses: int | None = None,
+    cache_dir: Path | None = None,
+) -> Bound:
+    """The bound of ``workload``'s window for the offerings of ``key`` (``misses``: a run's
+    own, where it missed more than the SLO allows), from ``cache_dir`` when solved before."""
+
+    def run() -> Bound:
+        return window_bound(
+            model,
+            catalog,
+            arrivals,
+            t0=workload.t0,
+            seconds=workload.seconds,
+            markets=key[0],
+            standby_types=key[1],
+            lambda_memory_mb=cfg.lambda_memory_mb,
+            lambda_concurrency=cfg.lambda_concurrency,
+            misses=misses,
+            slot_s=cfg.bound_slot_s,
+        )
+
+    return cached_bound(
+        cache_dir,
+        run,
+        arrivals,
+        workload.t0,
+        workload.seconds,
+        key,
+        model,
+        cfg.lambda_memory_mb,
+        cfg.lambda_concurrency,
+        misses,
+        cfg.bound_slot_s,
+    )
+
+
+def bound_code() -> str:
+    """A digest of the code that computes the bound: results solved by other code differ."""
+    h = hashlib.sha256()
+    for f in BOUND_CODE:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def policy_bound(
     result: PolicyResult,
     policy: Policy,
@@ -143,33 +195,15 @@ def policy_bound(
     key = bound_key(policy, cfg)
 
     def solve(misses: int | None = None) -> Bound:
-        def run() -> Bound:
-            return window_bound(
-                model,
-                catalog,
-                arrivals,
-                t0=workload.t0,
-                seconds=workload.seconds,
-                markets=key[0],
-                standby_types=key[1],
-                lambda_memory_mb=cfg.lambda_memory_mb,
-                lambda_concurrency=cfg.lambda_concurrency,
-                misses=misses,
-                slot_s=cfg.bound_slot_s,
-            )
-
-        return cached_bound(
-            cache_dir,
-            run,
-            arrivals,
-            workload.t0,
-            workload.seconds,
+        return solve_bound(
             key,
-            model,
-            cfg.lambda_memory_mb,
-            cfg.lambda_concurrency,
-            misses,
-            cfg.bound_slot_s,
+            workload=workload,
+            model=model,
+            cfg=cfg,
+            arrivals=arrivals,
+            catalog=catalog,
+            misses=misses,
+            cache_dir=cache_dir,
         )
 
     cache = {} if cache is None else cache

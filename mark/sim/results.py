@@ -101,6 +101,7 @@ class PolicyResult:
             "p99_ms": _round(self.p99_ms, 1),
             "spilled": self.spilled,
             "failed": self.failed,
+            "missed": self.missed,
             "instance_hours": {k: round(v, 3) for k, v in sorted(self.instance_hours.items())},
             **self._bound_row(),
             **{k: v for k, v in self.extra.items()},

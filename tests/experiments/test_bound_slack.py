@@ -53,6 +53,7 @@ def test_a_steady_hour_of_a_sparse_model_is_bounded_below_its_fleet() -> None:
     row = measure(paper_model("opennmt-ende"), load_catalog(), 0.5, 0.25, 0)
     assert row.set_by == "presence_floor"
     assert 0.0 < row.bound_per_hour < row.fleet.per_hour
+    assert row.fluid_per_hour <= row.bound_per_hour * (1 + 1e-6)  # burst rows only add
     assert row.ratio == pytest.approx(row.fleet.per_hour / row.bound_per_hour)
 
 

@@ -1,0 +1,68 @@
+"""``experiments/windows/rebound.py``: a result's bound re-solved on the arrivals it ran on."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mark.catalog import load_catalog
+from mark.sim.bound import window_bound
+from mark.sim.models import paper_model
+from mark.sim.workloads import trace_workload
+from mark.sim.world import DEFAULT_WARMUP_S
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments" / "windows"))
+from rebound import rebound  # type: ignore[import-not-found]
+
+HOURS = 0.05  # three minutes of NASNet at Table 5's load
+
+
+def _result(tmp_path: Path, within: float) -> Path:
+    path = tmp_path / "baselines" / "nasnet" / "d10h08s1.json"
+    path.parent.mkdir(parents=True)
+    row = {"policy": "sagemaker", "cost_total": 1.5, "within_slo": within, "requests": 1300}
+    stale = {"bound": 99.0, "cost_over_bound": 0.015, "bound_own_misses": 98.0}
+    doc = {
+        "model": "nasnet",
+        "results": [dict(row, **stale)],
+        "bounds": [],
+        "window": {"day": 10, "hour": 8, "seed": 1, "hours": HOURS},
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_bound_is_solved_again_on_the_runs_own_arrivals(tmp_path: Path) -> None:
+    path = _result(tmp_path, within=0.995)
+    assert rebound(path, "new-code", tmp_path / "cache")
+    doc = json.loads(path.read_text())
+    w = trace_workload("twitter", hours=HOURS, start_day=10 + 8 / 24, rate_scale=0.1)
+    arrivals = w.arrivals(int(w.start - DEFAULT_WARMUP_S), w.end, 1)
+    want = window_bound(
+        paper_model("nasnet"),
+        load_catalog(),
+        arrivals,
+        t0=w.t0,
+        seconds=w.seconds,
+        markets=["on-demand"],
+    )
+    row = doc["results"][0]
+    assert row["bound"] == pytest.approx(want.value, abs=1e-4)
+    assert row["cost_over_bound"] == pytest.approx(1.5 / want.value, rel=1e-3)
+    assert "bound_own_misses" not in row  # within the SLO: no bound at its own misses
+    assert doc["bounds"][0]["policies"] == ["sagemaker"]
+    assert doc["bound_code"] == "new-code"
+    assert not rebound(path, "new-code", tmp_path / "cache")  # current: nothing to do
+
+
+def test_a_run_below_the_slo_is_also_bounded_at_its_own_misses(tmp_path: Path) -> None:
+    path = _result(tmp_path, within=0.9)
+    rebound(path, "c", tmp_path / "cache")
+    row = json.loads(path.read_text())["results"][0]
+    assert row["bound_own_misses"] < row["bound"]  # 10 % missed: a cheaper world
+    assert row["cost_over_bound_own_misses"] == pytest.approx(
+        1.5 / row["bound_own_misses"], rel=1e-3
+    )
