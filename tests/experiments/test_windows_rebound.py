@@ -61,6 +61,9 @@ def test_the_bound_is_solved_again_on_the_runs_own_arrivals(tmp_path: Path) -> N
 def test_a_run_below_the_slo_is_also_bounded_at_its_own_misses(tmp_path: Path) -> None:
     path = _result(tmp_path, within=0.9)
     rebound(path, "c", tmp_path / "cache")
+    assert "bound_own_misses" not in json.loads(path.read_text())["results"][0]  # not stale
+    path.write_text(path.read_text().replace('"bound_code": "c"', '"bound_code": "old"'))
+    rebound(path, "c", tmp_path / "cache", own_misses=True)
     row = json.loads(path.read_text())["results"][0]
     assert row["bound_own_misses"] < row["bound"]  # 10 % missed: a cheaper world
     assert row["cost_over_bound_own_misses"] == pytest.approx(
