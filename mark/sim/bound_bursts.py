@@ -127,11 +127,6 @@ class Bursts:
     tail: NDArray[np.float64]
     """The share of slot ``last`` before ``I'`` ends."""
 
-    def subset(self, keep: NDArray[np.bool_]) -> Bursts:
-        return Bursts(
-            self.slot[keep], self.last[keep], self.count[keep], self.reach_s[keep], self.tail[keep]
-        )
-
 
 def bursts(
     arrivals: NDArray[np.float64],
