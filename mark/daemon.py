@@ -233,6 +233,11 @@ def _store_metrics(store: SqlStore) -> str:
     return store.outbox.prometheus() if store.outbox is not None else ""
 
 
+def _leads(run: Running, clock: WallClock) -> bool:
+    """Whether this frontend leads the cluster now (none without a control loop)."""
+    return run.controller is not None and run.controller.leading(clock.now())
+
+
 async def _every(seconds: float, what: str, fn: Callable[[], Awaitable[None]]) -> None:
     while True:
         await asyncio.sleep(seconds)
@@ -533,10 +538,12 @@ def _control_tasks(run: Running, clock: WallClock) -> None:
     if controller is None:
         return
     run.tasks.append(asyncio.create_task(controller.run(clock)))
+    run.tasks.append(asyncio.create_task(controller.hold_lease(clock)))
     run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))
     run.tasks.append(asyncio.create_task(_handle_interruptions(run)))
     if world.interruptions is not None:
-        run.tasks.append(asyncio.create_task(world.interruptions.run()))
+        leads = lambda: controller.leading(clock.now())  # noqa: E731
+        run.tasks.append(asyncio.create_task(world.interruptions.run(leads)))
 
 
 async def start(settings: Settings) -> Running:
@@ -592,7 +599,7 @@ async def start(settings: Settings) -> Running:
     _control_tasks(run, clock)
     if settings.repository is not None:
         run.tasks.append(asyncio.create_task(_reloads(run)))
-    run.jobs = world.jobs(catalog)
+    run.jobs = world.jobs(catalog, lambda: _leads(run, clock))
     for job in run.jobs:
         run.tasks.append(asyncio.create_task(_every(job.every_s, job.name, job.run)))
     run.serving_tasks.append(

@@ -54,8 +54,10 @@ class BilledServerless(Serverless, Protocol):
 
 
 class NoticeSource(Protocol):
-    async def run(self) -> None:
-        """Deliver spot notices to the fleet's stream until cancelled."""
+    async def run(self, active: Callable[[], bool] | None = None) -> None:
+        """Deliver spot notices to the fleet's stream until cancelled; while ``active``
+        says no (this frontend does not lead), take none off the queue, so the leader
+        hears every one."""
         ...
 
 
@@ -109,8 +111,9 @@ class World(Protocol):
         the aws world rates types from measured or shipped profiles, never a rule)."""
         ...
 
-    def jobs(self, catalog: Catalog) -> list[Job]:
-        """Periodic tasks to run while the daemon does."""
+    def jobs(self, catalog: Catalog, leads: Callable[[], bool]) -> list[Job]:
+        """Periodic tasks to run while the daemon does; ``leads``: whether this frontend
+        leads now, for the work done once per cluster (spill warm-up, the fleet's cost)."""
         ...
 
     def observe(self, windows: Sequence[ArrivalWindow], rollups: Sequence[LatencyRollup]) -> None:

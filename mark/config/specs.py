@@ -319,7 +319,9 @@ class ControlSpec(_Strict):
     of the kinds named here once they have been orphans for the grace. A ``true``
     means every kind, ``false`` none. Instances without the cluster's tag are never
     touched. One controller at a time acts: it holds a lease in the database, renewed
-    every step; another one sharing the database serves requests but plans nothing.
+    on a timer of its own every third of ``lease_ttl_s``; another one sharing the
+    database serves requests but plans nothing, and takes over within the TTL once the
+    holder stops renewing.
     """
 
     terminate_orphans: tuple[OrphanKind, ...] = Field(
@@ -333,10 +335,13 @@ class ControlSpec(_Strict):
     leader_lease: bool = Field(
         default=True, description="only the controller holding the database lease acts"
     )
-    lease_ttl_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="a lease not renewed this long passes to another controller; default 3 × P_u",
+    lease_ttl_s: float = Field(
+        default=15.0,
+        ge=3.0,
+        le=600.0,
+        description="a lease not renewed this long passes to another frontend's controller "
+        "(renewed every third of it): how long the cluster goes unplanned after its leader "
+        "dies; shorter asks the database more often",
     )
 
     @field_validator("terminate_orphans", mode="before")

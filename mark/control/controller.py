@@ -34,7 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from mark.catalog import Catalog, Market, load_catalog
 from mark.config import ModelSpec, Settings
 from mark.control.adopt import adopt_fleet
-from mark.control.durable import ControlStore, Durable, default_holder
+from mark.control.durable import ControlStore, Durable, frontend_id
 from mark.control.history import LoadHistory, cold_start_forecaster
 from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
@@ -118,8 +118,7 @@ class Controller:
         """``cluster``: the ownership tag's value (default: the fleet's ``cluster``, as
         ``AwsFleet`` has it; None: no instance is provably ours, so no orphan sweep, and
         no saved state or lease, which are per cluster). ``holder``: this controller's
-        lease holder id (default: host and data directory, so a restarted daemon takes
-        its own lease back at once)."""
+        lease holder id (default: this process's ``frontend_id``)."""
         self.settings = settings
         self.fleet = fleet
         self.store = store
@@ -141,11 +140,11 @@ class Controller:
         self._durable = Durable(
             durable,
             self.cluster or "",
-            holder if holder is not None else default_holder(settings),
-            (ctl.lease_ttl_s or 3.0 * settings.timings.update_period_s)
-            if ctl.leader_lease
-            else None,
+            holder if holder is not None else frontend_id(),
+            ctl.lease_ttl_s if ctl.leader_lease else None,
         )
+        self._timer = False
+        """Whether ``hold_lease`` renews the lease: then acting between steps asks no database."""
         self._leading = False
         self._looked = False
         """Whether this controller acted at its last look at the lease, and has looked."""
@@ -281,10 +280,13 @@ class Controller:
         """The forecast for the next ``steps`` control steps, as the planner gets it unclipped."""
         return (await self._parts.history.forecast(model, now, steps)).values
 
-    async def step(self, now: float) -> list[StepResult]:
+    async def step(self, now: float, *, taking_over: bool = False) -> list[StepResult]:
         """One planning step for every model, then the orphan sweep; nothing (an empty
-        list) while another controller holds the lease."""
+        list) while another controller holds the lease. ``taking_over``: only if this
+        controller has not acted on the lease yet (``hold_lease`` saw it taken)."""
         async with self._lock:
+            if taking_over and self._leading:
+                return []
             self._next_step_at = now + self.settings.timings.update_period_s
             if not await self._store_answers(now) or not await self._lead(now):
                 return []
@@ -656,9 +658,39 @@ class Controller:
                 log.warning("cannot record %s: %s", action, exc)
 
     async def _may_act(self, now: float) -> bool:
-        """Whether to act between steps: the lease last taken still lasts, or it can be
-        taken now (the database is asked only when it does not)."""
-        return self._durable.leading(now) or await self._lead(now)
+        """Whether to act between steps: the lease last taken still lasts, or (without
+        ``hold_lease``'s timer, which takes it over by itself) it can be taken now."""
+        return self._durable.leading(now) or (not self._timer and await self._lead(now))
+
+    def leading(self, now: float) -> bool:
+        """Whether this controller holds the lease now, as last renewed (no database call):
+        what leader-only work (the spot notice queue, spill warm-up, CloudWatch) checks."""
+        return self._durable.leading(now) and (self._leading or self._durable.renew_every_s is None)
+
+    async def hold_lease(self, clock: Clock) -> None:
+        """Renew the lease every third of its TTL until cancelled, apart from the steps, so
+        a long step cannot let it lapse; on taking it over, adopt the fleet and the saved
+        state and plan at once, as a restart does (a new leader acts within the TTL and one
+        renewal). Nothing to do without a lease. Start it after ``adopt``."""
+        every = self._durable.renew_every_s
+        if every is None:
+            return
+        self._timer = True
+        try:
+            while True:
+                await clock.sleep(every)
+                try:
+                    now = clock.now()
+                    leads = await self._durable.lead(now)
+                    if leads and not self._leading:
+                        await self.step(now, taking_over=True)
+                    elif not leads and self._leading:
+                        log.warning("the control lease passed to another controller")
+                        self._leading = False
+                except Exception:  # the next renewal retries; the lease lapses if none can
+                    log.exception("renewing the control lease failed")
+        finally:
+            self._timer = False
 
     async def _lead(self, now: float) -> bool:
         """Whether this controller may act now. Taking the lease from another controller

@@ -12,11 +12,13 @@ delays one verdict; its hold-off is saved. Times are the world's clock, so a res
 deadline means the same moment.
 
 A controller acts only while it holds the cluster's lease in the database
-(``control.leader_lease``): taken or renewed at every step for ``lease_ttl_s``
-(default 3 × P_u); a controller that does not hold it plans, launches and records
-nothing, and takes over (restoring the state and adopting the fleet) once the
-holder has not renewed it in time. A restarted daemon keeps its holder id (the
-host and data directory), so it takes its own lease back at once.
+(``control.leader_lease``): taken or renewed every third of ``lease_ttl_s`` (default
+15 s) on a timer of its own (``Controller.hold_lease``), so a long step cannot let it
+lapse; a controller that does not hold it plans, launches and records nothing, and
+takes over (restoring the state and adopting the fleet, as a restart does) once the
+holder has not renewed it in time. The holder id is unique to the process
+(``frontend_id``): two daemons on one host and data directory are two holders, and
+a restarted one waits out its predecessor's lease unless that one resigned on stop.
 
 A store without these methods (the simulator's ``MemoryStore``), or a fleet without a
 cluster name (the simulator's), saves nothing and needs no lease: one controller, one
@@ -28,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,7 +38,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from mark.config import Settings
 from mark.errors import StoreError
 from mark.state.records import ControlStateRecord, LeaseRecord
 from provisioner.control_state import ControlState, ModelControl, PendingStart, WarmState
@@ -161,9 +163,13 @@ def decode_state(data: Mapping[str, Any]) -> ControlState:
 # -- saving, restoring, leading ---------------------------------------------------
 
 
-def default_holder(settings: Settings) -> str:
-    """This daemon's lease holder id: its host and data directory, the same after a restart."""
-    return f"{socket.gethostname()}:{os.path.abspath(settings.data_dir)}"[:200]
+_FRONTEND_ID = f"{socket.gethostname()[:64]}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def frontend_id() -> str:
+    """This process's id as a frontend and lease holder: host, pid and a random part (a
+    pid is reused across restarts and containers), the same for the process's life."""
+    return _FRONTEND_ID
 
 
 @dataclass
@@ -207,6 +213,13 @@ class Durable:
             )
         self._until, self._other = -math.inf, lease.holder
         return False
+
+    @property
+    def renew_every_s(self) -> float | None:
+        """How often the lease is renewed on its own timer; None: no lease to hold."""
+        if self.store is None or self.lease_ttl_s is None:
+            return None
+        return self.lease_ttl_s / 3.0
 
     def leading(self, now: float) -> bool:
         """Whether the lease this controller last took still lasts (no database call)."""

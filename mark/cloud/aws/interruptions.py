@@ -37,6 +37,8 @@ INTERRUPTION_WARNING = "EC2 Spot Instance Interruption Warning"
 REBALANCE_RECOMMENDATION = "EC2 Instance Rebalance Recommendation"
 #: How long AWS gives between the interruption warning and the reclaim.
 WARNING_LEAD_S = 120.0
+IDLE_POLL_S = 1.0
+"""How often a frontend that does not lead looks again whether it does."""
 
 #: The EventBridge event pattern that selects exactly what this module reads.
 EVENT_PATTERN: Mapping[str, Any] = {
@@ -131,6 +133,9 @@ class SqsInterruptionSource(OwnedClient):
         self.retry = retry if retry is not None else RetryPolicy()
         self._client: Any = client
         self._client_cm: Any = None
+        self.active: Callable[[], bool] | None = None
+        """None or yes: notices are handled; no: this frontend does not lead, so what a
+        receive already took is left for SQS to deliver again (to the leader)."""
 
     async def poll_once(self) -> list[InterruptionNotice]:
         """Receive up to 10 messages, hand their notices to the sink, delete them."""
@@ -144,6 +149,8 @@ class SqsInterruptionSource(OwnedClient):
             )
         except (ClientError, BotoCoreError) as err:
             raise _cloud_error(err, "receive_message") from err
+        if self.active is not None and not self.active():  # the lease passed during the wait
+            return []  # not deleted: visible again after the queue's visibility timeout
         notices: list[InterruptionNotice] = []
         done: list[dict[str, str]] = []
         for msg in resp.get("Messages", []):
@@ -165,10 +172,15 @@ class SqsInterruptionSource(OwnedClient):
                 raise _cloud_error(err, "delete_message_batch") from err
         return notices
 
-    async def run(self) -> None:
-        """Poll until cancelled; errors are logged and retried after a jittered pause."""
+    async def run(self, active: Callable[[], bool] | None = None) -> None:
+        """Poll until cancelled; errors are logged and retried after a jittered pause.
+        While ``active`` says no, take nothing off the queue (``poll_once``)."""
+        self.active = active
         failures = 0
         while True:
+            if active is not None and not active():
+                await self.clock.sleep(IDLE_POLL_S)
+                continue
             try:
                 await self.poll_once()
                 failures = 0

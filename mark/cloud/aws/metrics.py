@@ -5,7 +5,7 @@ Per model (dimension ``Model``, plus ``Cluster``) in namespace ``mark``:
 * ``ArrivalRate`` — requests per second over the period (Count/Second);
 * ``SLOAttainment`` — share of the period's finished requests within RT_max (Percent);
 * ``FleetCostRate`` — dollars per hour of the model's live instances (None: CloudWatch has
-  no currency unit).
+  no currency unit), from the leading frontend only.
 
 The daemon hands over what telemetry drained each P_s (``observe``) and what
 the fleet costs now (``set_cost_rate``); ``publish`` sends one datapoint per
@@ -44,7 +44,7 @@ class ModelMetrics:
     model: str
     arrival_rate: float
     slo_attainment: float | None  # None: nothing finished this period
-    cost_rate: float
+    cost_rate: float | None  # None: not this frontend's to publish (it does not lead)
 
 
 def metric_data(m: ModelMetrics, cluster: str, at: datetime) -> list[dict[str, Any]]:
@@ -58,14 +58,17 @@ def metric_data(m: ModelMetrics, cluster: str, at: datetime) -> list[dict[str, A
             "Value": m.arrival_rate,
             "Unit": "Count/Second",
         },
-        {
-            "MetricName": "FleetCostRate",
-            "Dimensions": dims,
-            "Timestamp": at,
-            "Value": m.cost_rate,
-            "Unit": "None",
-        },
     ]
+    if m.cost_rate is not None:
+        out.append(
+            {
+                "MetricName": "FleetCostRate",
+                "Dimensions": dims,
+                "Timestamp": at,
+                "Value": m.cost_rate,
+                "Unit": "None",
+            }
+        )
     if m.slo_attainment is not None:
         out.append(
             {
@@ -100,7 +103,7 @@ class CloudWatchMetrics(OwnedClient):
         self._client: Any = client
         self._client_cm: Any = None
         self._periods: dict[str, _Period] = {m: _Period() for m in self.models}
-        self._cost: dict[str, float] = {}
+        self._cost: dict[str, float] | None = {}
 
     def observe(self, windows: Sequence[ArrivalWindow], rollups: Sequence[LatencyRollup]) -> None:
         """Add what telemetry drained (closed arrival windows, latency roll-ups)."""
@@ -113,9 +116,10 @@ class CloudWatchMetrics(OwnedClient):
             p.hits += r.slo_hits
             p.finished += r.slo_hits + r.slo_misses
 
-    def set_cost_rate(self, per_model: Mapping[str, float]) -> None:
-        """Dollars per hour of each model's live fleet now."""
-        self._cost = dict(per_model)
+    def set_cost_rate(self, per_model: Mapping[str, float] | None) -> None:
+        """Dollars per hour of each model's live fleet now; None: publish no cost (another
+        frontend leads and publishes it)."""
+        self._cost = dict(per_model) if per_model is not None else None
 
     def take(self) -> list[ModelMetrics]:
         """This period's figures per model; the next period starts empty."""
@@ -126,7 +130,7 @@ class CloudWatchMetrics(OwnedClient):
                     model,
                     p.requests / p.seconds if p.seconds > 0 else 0.0,
                     p.hits / p.finished if p.finished else None,
-                    self._cost.get(model, 0.0),
+                    self._cost.get(model, 0.0) if self._cost is not None else None,
                 )
             )
         self._periods = {m: _Period() for m in self._periods}

@@ -150,15 +150,24 @@ class AwsWorld:
     ) -> dict[str, BatchLatency]:
         return {}  # no rule: a type is rated from a measured or shipped profile only
 
-    def jobs(self, catalog: Catalog) -> list[Job]:
+    def jobs(self, catalog: Catalog, leads: Callable[[], bool]) -> list[Job]:
+        """The spill warm-up, by the leader only (N frontends would keep N times the
+        runtimes warm), and CloudWatch metrics: every frontend publishes the arrivals and
+        SLO outcomes it saw (read them with the Sum statistic across frontends for the
+        cluster's rate), the leader alone the fleet's cost."""
         aws = self.settings.aws
         out = []
         if aws.spill_warm_every_s > 0:
-            out.append(Job(aws.spill_warm_every_s, "spill warm-up", self.warm_up))
+
+            async def warm() -> None:
+                if leads():
+                    await self.warm_up()
+
+            out.append(Job(aws.spill_warm_every_s, "spill warm-up", warm))
         if self.metrics is not None:
 
             async def publish() -> None:
-                await self.publish_metrics(catalog)
+                await self.publish_metrics(catalog, with_cost=leads())
 
             out.append(Job(aws.metrics_period_s, "CloudWatch metrics", publish, at_stop=True))
         return out
@@ -167,9 +176,14 @@ class AwsWorld:
         if self.metrics is not None:
             self.metrics.observe(windows, rollups)
 
-    async def publish_metrics(self, catalog: Catalog) -> None:
-        """One CloudWatch period: arrivals and SLO from telemetry, cost of the live fleet now."""
+    async def publish_metrics(self, catalog: Catalog, *, with_cost: bool = True) -> None:
+        """One CloudWatch period: arrivals and SLO from telemetry, and ``with_cost`` the cost
+        of the live fleet now."""
         if self.metrics is None or self.agents is None:
+            return
+        if not with_cost:
+            self.metrics.set_cost_rate(None)
+            await self.metrics.publish(self.clock())
             return
         cost = dict.fromkeys(self.models, 0.0)
         for inst in self.agents.instances:

@@ -163,7 +163,7 @@ class LocalWorld:
         slowdown = default_slowdown(catalog, self.slowdown)
         return {t: measured.scaled(slowdown(t)) for t in types}
 
-    def jobs(self, catalog: Catalog) -> list[Job]:
+    def jobs(self, catalog: Catalog, leads: Callable[[], bool]) -> list[Job]:
         return []
 
     def observe(self, windows: Sequence[ArrivalWindow], rollups: Sequence[LatencyRollup]) -> None:

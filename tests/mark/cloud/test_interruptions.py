@@ -223,3 +223,38 @@ async def test_run_survives_errors_and_backs_off(aws_env: str) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_a_frontend_that_does_not_lead_leaves_notices_for_the_leader(
+    aws_env: str, sqs: Any
+) -> None:
+    """Every frontend polls one queue; only the leader acts on a notice, so a follower
+    must take none off it: not while idle, and not one its receive got as the lease
+    passed (left for SQS to deliver again, here after a 1 s visibility timeout)."""
+    queue_url = str(
+        sqs.create_queue(
+            QueueName=f"mark-int-{uuid.uuid4().hex[:10]}", Attributes={"VisibilityTimeout": "1"}
+        )["QueueUrl"]
+    )
+    sqs.send_message(
+        QueueUrl=queue_url, MessageBody=json.dumps(_event(INTERRUPTION_WARNING, "i-7"))
+    )
+    heard: list[InterruptionNotice] = []
+    clock = SignallingClock()
+    async with SqsInterruptionSource(
+        queue_url, heard.append, region=REGION, endpoint_url=aws_env, wait_seconds=1, clock=clock
+    ) as source:
+        task = asyncio.create_task(source.run(lambda: False))
+        await asyncio.wait_for(clock.slept.wait(), 10)  # idle: it receives nothing
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert heard == [] and _left(sqs, queue_url) == 1
+        source.active = lambda: False  # the lease passed while a receive was waiting
+        assert await source.poll_once() == []
+        assert heard == [] and _left(sqs, queue_url) == 1  # not deleted
+        source.active = lambda: True  # it leads again: the message comes back to it
+        for _ in range(10):
+            if await source.poll_once():
+                break
+    assert [n.instance_id for n in heard] == ["i-7"] and _left(sqs, queue_url) == 0

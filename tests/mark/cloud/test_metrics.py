@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from aiobotocore.session import get_session
 
-from mark.cloud.aws.metrics import CloudWatchMetrics
+from mark.cloud.aws.metrics import CloudWatchMetrics, metric_data
 from mark.state.records import ArrivalWindow, LatencyRollup
 
 REGION = "us-east-1"
@@ -54,3 +54,21 @@ async def test_a_period_is_published_per_model_and_read_back(aws_env: str, clust
         assert await stat("FleetCostRate", "digits") == [0.17]
         assert await stat("ArrivalRate", "resnet") == [0.0]
         assert await stat("SLOAttainment", "resnet") == []
+
+
+def test_a_frontend_that_does_not_lead_publishes_its_arrivals_but_no_cost() -> None:
+    """Every frontend's arrivals add up under the Sum statistic; the fleet's cost is one
+    figure for the cluster, so only the leader sends it."""
+    stamp = datetime.now(UTC)
+    cw = CloudWatchMetrics(["digits"], cluster="c", region=REGION)
+    cw.observe([ArrivalWindow("digits", 0.0, 5.0, 20)], [])
+    cw.set_cost_rate(None)
+    (m,) = cw.take()
+    assert m.arrival_rate == 4.0 and m.cost_rate is None
+    assert [d["MetricName"] for d in metric_data(m, "c", stamp)] == ["ArrivalRate"]
+    cw.set_cost_rate({"digits": 0.17})
+    (m,) = cw.take()
+    assert [d["MetricName"] for d in metric_data(m, "c", stamp)] == [
+        "ArrivalRate",
+        "FleetCostRate",
+    ]

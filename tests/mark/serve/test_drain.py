@@ -134,7 +134,7 @@ class FakeWorld:
     async def emulated_latency(self, *_: Any) -> dict[str, BatchLatency]:
         return {}
 
-    def jobs(self, catalog: Catalog) -> list[Any]:
+    def jobs(self, catalog: Catalog, leads: Callable[[], bool]) -> list[Any]:
         return []
 
     def observe(self, *_: Any) -> None:
