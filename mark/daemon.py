@@ -41,25 +41,20 @@ import contextlib
 import gc
 import logging
 import signal
-from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
-from bouncer.latency import BatchLatency
-from mark.catalog import Catalog, load_catalog
+from mark.agent_sync import AGENT_STATES_FROM, backend_for, first_sync, pool_sizes, sync_after
+from mark.catalog import load_catalog
 from mark.clock import WallClock
 from mark.config import Settings
-from mark.control import Controller, online_predictor, resolve_source
-from mark.control.health import HealthTracker
-from mark.control.profiles import rate_options
-from mark.errors import StoreError
-from mark.ports import Fleet, Serverless
-from mark.reload import reload_models, turned_back
+from mark.control import resolve_source
+from mark.control_tasks import control_tasks, reloads, start_control, when_store_answers
+from mark.ports import Serverless
+from mark.running import Running, cancel, every, leads, store_metrics
 from mark.serve.api_state import model_request_path
 from mark.serve.auth import (
     FIRST_KEY_SCOPES,
@@ -70,33 +65,19 @@ from mark.serve.auth import (
     read_key_file,
     split_token,
 )
-from mark.serve.dispatcher import Backend, Dispatchers
 from mark.serve.endpoint import STATE, Served, build_app
 from mark.serve.intake import Intake, Phase
-from mark.state import (
-    ApiKeyRecord,
-    Outbox,
-    ProfileRecord,
-    SqlStore,
-    StoreUnreachable,
-    open_store,
-)
-from mark.state.outbox import unreachable
+from mark.state import ApiKeyRecord, Outbox, SqlStore, StoreUnreachable, open_store
 from mark.state.store import make_engine
-from mark.world import Agents, Job, World, open_world
-from provisioner.control_state import MEASURING_ROLES
-from provisioner.pool_batching import batching_for, pool_batching
+from mark.world import open_world
+
+__all__ = ["AGENT_STATES_FROM", "Running", "backend_for", "pool_sizes", "serve", "start", "stop"]
 
 log = logging.getLogger("mark.daemon")
-
-AGENT_STATES_FROM = ("pending", "running", "ready", "draining")
-"""What an agent's report may change: never a stopping, stopped or terminated instance."""
 
 DRAIN_SLACK_S = 1.0
 """Added to the dispatcher's outcome bound for the default drain: the handlers still
 encode their answers after the last outcome."""
-STORE_RETRY_S = 2.0
-"""How often a daemon started during a database outage tries the store again."""
 ANSWER_WAIT_S = 5.0
 """After the dispatchers close, how long the handlers get to return what they were told."""
 SHUTDOWN_TIMEOUT_S = 5.0
@@ -115,22 +96,6 @@ def freeze_long_lived() -> None:
     """
     gc.collect()
     gc.freeze()
-
-
-def backend_for(
-    instance_id: str,
-    instance_type: str,
-    url: str,
-    latency: BatchLatency,
-    rt_max_s: float,
-    *,
-    sl_min: float,
-    pool_size: int = 1,
-) -> Backend:
-    """A dispatcher backend with N_batch and W_batch tuned from the agent's own profile,
-    for a pool of ``pool_size`` instances of its type (``provisioner.pool_batching``)."""
-    n, w = batching_for(latency, rt_max_s, sl_min, pool_size)
-    return Backend(instance_id, instance_type, url, latency, n_batch=n, w_batch_s=w)
 
 
 def serving(
@@ -172,39 +137,6 @@ async def start_api(
     return runner, (str(host), int(port))
 
 
-@dataclass
-class Running:
-    """Everything the daemon started, so a test (or ``serve``) can reach it."""
-
-    settings: Settings
-    store: SqlStore
-    world: World
-    session: aiohttp.ClientSession
-    models: dict[str, Served]
-    runner: web.AppRunner
-    url: str
-    controller: Controller | None = None
-    intake: Intake = field(default_factory=Intake)
-    """The endpoint's phase (starting, open, draining) and the requests it has in hand."""
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    """Stopped as a drain begins: the control loop and the world's jobs."""
-    serving_tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    """Kept through the drain, stopped after it: agent syncs, key refresh, telemetry."""
-    jobs: list[Job] = field(default_factory=list)
-    sources: dict[str, str] = field(default_factory=dict)  # model → the file it loads
-    catalog: Catalog | None = None
-    profiled: set[tuple[str, str]] = field(default_factory=set)  # (model, type) stored
-    health: HealthTracker = field(default_factory=HealthTracker)
-    api_key: str | None = None  # the key in <data_dir>/api-key, when it is this store's
-    keys: KeyCache | None = None  # what the endpoint checks keys against (api.auth)
-    refused: set[tuple[str, str]] = field(default_factory=set)
-    """(model, version) a reload refused or a roll turned back from: not tried again."""
-    reload_now: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set (SIGHUP) to read the model repository again at once."""
-    reloads: int = 0
-    """How many times the model repository was read again (done, or failed)."""
-
-
 async def _flush(run: Running, everything: bool = False) -> None:
     """Closed telemetry windows, roll-ups and Lambda charges to the store (buffered while
     it cannot be reached: drained once, they are never lost to a failed round)."""
@@ -227,186 +159,6 @@ async def _flush(run: Running, everything: bool = False) -> None:
                 charged.telemetry.lambda_charged(c.cost)
         if charges:
             await run.store.add_charges(charges)
-
-
-def _store_metrics(store: SqlStore) -> str:
-    return store.outbox.prometheus() if store.outbox is not None else ""
-
-
-def _leads(run: Running, clock: WallClock) -> bool:
-    """Whether this frontend leads the cluster now (none without a control loop)."""
-    return run.controller is not None and run.controller.leading(clock.now())
-
-
-async def _every(seconds: float, what: str, fn: Callable[[], Awaitable[None]]) -> None:
-    while True:
-        await asyncio.sleep(seconds)
-        try:
-            await fn()
-        except Exception:  # one failed round must not stop the daemon; the next one retries
-            log.exception("%s failed", what)
-
-
-def pool_sizes(instances: Iterable[tuple[str, str]], retiring: Collection[str]) -> Counter[str]:
-    """How many instances of each type a type's batches may go to, from (id, type) pairs:
-    one being retired takes no new batch, so its type's batching is for a pool without it."""
-    return Counter(itype for iid, itype in instances if iid not in retiring)
-
-
-def _measure_pools(latencies: list[BatchLatency], rt_max_s: float, sl_min: float) -> None:
-    for latency in latencies:
-        pool_batching(latency, rt_max_s, sl_min)  # cached: ``batching_for`` then reads it
-
-
-async def _sync_backends(run: Running) -> None:
-    agents = run.world.agents
-    if agents is None:
-        return
-    await agents.sync()
-    # The request path first: the dispatcher's backends never wait on the store.
-    for name, served in run.models.items():
-        if served.dispatcher is None:
-            continue
-        rt_max_s = served.spec.slo.rt_max_ms / 1000.0
-        mine = [
-            (iid, a)
-            for iid, a in agents.agents.items()
-            if a.instance.model == name and a.instance.role.value not in MEASURING_ROLES
-        ]
-        of_type = pool_sizes(
-            ((iid, a.instance.instance_type) for iid, a in mine), served.dispatcher.retiring
-        )
-        pooled = [a.latency for _, a in mine if of_type[a.instance.instance_type] > 1]
-        # A profile's pool batching is measured on the perf model's queue, seconds the
-        # first time: off the event loop, so the request path never waits on it.
-        await asyncio.to_thread(_measure_pools, pooled, rt_max_s, served.spec.slo.sl_min)
-        served.dispatcher.set_backends(
-            [
-                backend_for(
-                    iid,
-                    a.instance.instance_type,
-                    a.url,
-                    a.latency,
-                    rt_max_s,
-                    sl_min=served.spec.slo.sl_min,
-                    pool_size=of_type[a.instance.instance_type],
-                )
-                for iid, a in mine
-            ]
-        )
-    now = WallClock().now()
-    ready, failing = run.health.observe(now, agents.instance_ids, agents.agents)
-    for iid, state, why in [
-        *((i, "ready", "agent ready: model loaded, profiled, one inference passed") for i in ready),
-        *(
-            (i, "draining", "agent failing its liveness probe, or gone: no new batches")
-            for i in failing
-        ),
-    ]:
-        with contextlib.suppress(StoreError):  # an instance the store has not recorded yet
-            await run.store.set_instance_state(
-                iid, state, now, reason=why, only_from=AGENT_STATES_FROM
-            )
-    if run.world.agents_measure:
-        await _store_measured_profiles(run, agents)
-
-
-async def _store_measured_profiles(run: Running, agents: Agents) -> None:
-    """Keep each agent's first profile of its (model, type), measured on that type, and
-    re-rate that model's offerings from it: the planner's capacity is then measured.
-    Instances launched only to measure (exploring, ``mark profile --type``) count too;
-    they serve no requests."""
-    changed = set()
-    now = WallClock().now()
-    for a in agents.agents.values():
-        key = (a.instance.model, a.instance.instance_type)
-        if key in run.profiled or a.instance.model not in run.models:
-            continue
-        run.profiled.add(key)
-        await run.store.put_profile(
-            ProfileRecord(key[0], key[1], "measured", a.latency.points, now)
-        )
-        changed.add(key[0])
-    if run.controller is None or run.catalog is None:
-        return
-    for name in changed:
-        spec = run.settings.model(name)
-        try:
-            rated = await rate_options(
-                run.settings, spec, run.world, run.store, run.sources[name], run.catalog
-            )
-        except (StoreError, SQLAlchemyError, OSError) as exc:  # out: re-rated at a later sync
-            run.profiled -= {k for k in run.profiled if k[0] == name}
-            log.warning("%s: offerings not re-rated yet: %s", name, exc)
-            continue
-        await run.controller.set_options(
-            name, rated.options, rated.sources, rated.standby_capacity_rps
-        )
-        log.info("%s: offerings re-rated from measured profiles: %s", name, rated.sources)
-
-
-async def _slo(run: Running) -> None:
-    if run.controller is None:
-        return
-    latencies = {
-        name: served.telemetry.take_latencies()
-        for name, served in run.models.items()
-        if served.telemetry is not None
-    }
-    await run.controller.record_spills(
-        {
-            name: served.telemetry.take_spills()
-            for name, served in run.models.items()
-            if served.telemetry is not None
-        }
-    )
-    now = WallClock().now()
-    await run.controller.record_misses(
-        {
-            name: served.dispatcher.budget.tally(now)
-            for name, served in run.models.items()
-            if served.dispatcher is not None and served.dispatcher.budget is not None
-        }
-    )
-    await run.controller.check_slo(WallClock().now(), latencies)
-    await run.controller.react(WallClock().now())
-
-
-async def _handle_interruptions(run: Running) -> None:
-    """Spot notices from the fleet's stream go to the controller as they arrive."""
-    assert run.world.fleet is not None and run.controller is not None
-    async for notice in run.world.fleet.interruptions():
-        try:
-            await run.controller.on_interruption(notice, WallClock().now())
-        except Exception:
-            log.exception("handling the interruption of %s failed", notice.instance_id)
-
-
-async def _controller(
-    settings: Settings,
-    world: World,
-    fleet: Fleet,
-    store: SqlStore,
-    sources: dict[str, str],
-    catalog: Catalog,
-) -> Controller:
-    """The control loop, rating each offering from the best profile of its type."""
-    rated = {
-        m.name: await rate_options(settings, m, world, store, sources[m.name], catalog)
-        for m in settings.models
-    }
-    return Controller(
-        settings,
-        fleet,
-        store,
-        {name: r.options for name, r in rated.items()},
-        boot_s=world.boot_s,
-        predictors={m.name: online_predictor(settings) for m in settings.models},
-        catalog=catalog,
-        standby_capacity={name: r.standby_capacity_rps for name, r in rated.items()},
-        fixed_hourly=world.fixed_hourly(catalog),
-        profile_sources={name: r.sources for name, r in rated.items()},
-    )
 
 
 async def _api_keys(
@@ -453,7 +205,7 @@ def _saved_key(
 
 async def _open_store(settings: Settings) -> tuple[SqlStore, bool]:
     """The store, and whether it answered and is migrated. One that cannot be reached is
-    returned all the same, its writes held (``Outbox.hold``) until ``_when_store_answers``
+    returned all the same, its writes held (``Outbox.hold``) until ``when_store_answers``
     has migrated and checked it: the daemon serves meanwhile."""
     outbox = Outbox(settings.database_buffer_rows)
     timeouts = {
@@ -466,84 +218,6 @@ async def _open_store(settings: Settings) -> tuple[SqlStore, bool]:
         log.warning("%s: serving without it; planning starts once it answers", exc)
     outbox.hold()
     return SqlStore(make_engine(settings.db_url, **timeouts), outbox), False
-
-
-async def _when_store_answers(run: Running, clock: WallClock) -> None:
-    """A daemon started during an outage: migrate and check the store once it answers,
-    write what was buffered, read its keys, then start the control loop. A store that
-    answers but cannot be used (a newer schema) is logged; the daemon goes on serving."""
-    while True:
-        try:
-            await run.store.prepare(upgrade=True)
-            if run.store.outbox is not None:
-                run.store.outbox.release()
-                await run.store.retry_pending()
-            if run.keys is not None:
-                run.api_key = await first_key(run.store, run.settings.data_dir, clock.now())
-                await run.keys.refresh()
-            log.info("the store answers: serving with its keys, planning starts")
-            if await _start_control(run, clock):
-                _control_tasks(run, clock)
-            return
-        except Exception as exc:
-            if not unreachable(exc):
-                log.exception("the store answers but cannot be used: no control loop")
-                return
-        await asyncio.sleep(STORE_RETRY_S)
-
-
-async def _start_control(run: Running, clock: WallClock) -> bool:
-    """The controller, which first adopts what the cluster owns; whether there is one."""
-    world, catalog = run.world, run.catalog
-    if not world.control_loop or world.fleet is None or catalog is None:
-        return False
-    store = run.store
-    run.controller = controller = await _controller(
-        run.settings, world, world.fleet, store, run.sources, catalog
-    )
-    run.runner.app[STATE].more_metrics = lambda: controller.prometheus() + _store_metrics(store)
-    controller.health = run.health.view
-    controller.rollouts.on_version = lambda back: turned_back(
-        run.models, run.refused, run.world, back
-    )
-    # A retired instance first gets no new batch and finishes the ones it has.
-    controller.draining = Dispatchers(
-        [s.dispatcher for s in run.models.values() if s.dispatcher is not None]
-    )
-    # A restarted daemon plans with the fleet it left behind, never buying it twice.
-    adopted = await controller.adopt(clock.now())
-    if adopted:
-        log.info("adopted %d instance(s) this cluster owns", len(adopted))
-    return True
-
-
-async def _reloads(run: Running) -> None:
-    """Read the model repository again every ``repository_poll_s`` (0: never by itself),
-    and at once on SIGHUP."""
-    poll_s = run.settings.repository_poll_s or None
-    while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(run.reload_now.wait(), poll_s)
-        run.reload_now.clear()
-        try:
-            await reload_models(run)
-        except Exception:  # one failed read must not stop the polls; the next one retries
-            log.exception("reading the model repository again failed")
-        run.reloads += 1
-
-
-def _control_tasks(run: Running, clock: WallClock) -> None:
-    """The control loop, the SLO monitor and spot notices, as tasks stopped by a drain."""
-    controller, world = run.controller, run.world
-    if controller is None:
-        return
-    run.tasks.append(asyncio.create_task(controller.run(clock)))
-    run.tasks.append(asyncio.create_task(controller.hold_lease(clock)))
-    run.tasks.append(asyncio.create_task(_every(2.0, "SLO monitor", lambda: _slo(run))))
-    run.tasks.append(asyncio.create_task(_handle_interruptions(run)))
-    if world.interruptions is not None:
-        leads = lambda: controller.leading(clock.now())  # noqa: E731
-        run.tasks.append(asyncio.create_task(world.interruptions.run(leads)))
 
 
 async def start(settings: Settings) -> Running:
@@ -586,58 +260,28 @@ async def start(settings: Settings) -> Running:
         ],
     )
     run.catalog = catalog
-    runner.app[STATE].more_metrics = lambda: _store_metrics(store)
+    runner.app[STATE].more_metrics = lambda: store_metrics(store)
     if answers:
-        await _start_control(run, clock)
+        await start_control(run, clock)
     else:  # the control loop waits for the store; serving does not
-        run.tasks.append(asyncio.create_task(_when_store_answers(run, clock)))
+        run.tasks.append(asyncio.create_task(when_store_answers(run, clock)))
     # Serve (and plan) with the instances that serve now, not with none until a later sync.
-    first = await _first_sync(run)
-    run.serving_tasks.append(asyncio.create_task(_sync_after(run, first)))
+    first = await first_sync(run)
+    run.serving_tasks.append(asyncio.create_task(sync_after(run, first)))
     freeze_long_lived()  # before the first request, which a full collection would stall
     intake.open()
-    _control_tasks(run, clock)
+    control_tasks(run, clock)
     if settings.repository is not None:
-        run.tasks.append(asyncio.create_task(_reloads(run)))
-    run.jobs = world.jobs(catalog, lambda: _leads(run, clock))
+        run.tasks.append(asyncio.create_task(reloads(run)))
+    run.jobs = world.jobs(catalog, lambda: leads(run, clock))
     for job in run.jobs:
-        run.tasks.append(asyncio.create_task(_every(job.every_s, job.name, job.run)))
+        run.tasks.append(asyncio.create_task(every(job.every_s, job.name, job.run)))
     run.serving_tasks.append(
         asyncio.create_task(
-            _every(settings.timings.sample_window_s, "telemetry flush", lambda: _flush(run))
+            every(settings.timings.sample_window_s, "telemetry flush", lambda: _flush(run))
         )
     )
     return run
-
-
-async def _first_sync(run: Running) -> asyncio.Task[None]:
-    """The first agent sync, waited for at most ``api.sync_wait_s``; past that the
-    endpoint serves anyway (spilling) and the sync goes on. Returns its task."""
-    task = asyncio.create_task(_sync_backends(run), name="first agent sync")
-    bound = run.settings.api.sync_wait_s
-    await asyncio.wait({task}, timeout=bound)
-    if not task.done():
-        log.warning(
-            "the first agent sync took over %g s: serving now, spilling until it ends", bound
-        )
-    return task
-
-
-async def _sync_after(run: Running, first: asyncio.Task[None]) -> None:
-    """Agent syncs every second, once the first one has ended (never two at once)."""
-    try:
-        await first
-    except Exception:
-        log.exception("the first agent sync failed; the next one retries")
-    await _every(1.0, "agent sync", lambda: _sync_backends(run))
-
-
-async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
-    for task in tasks:
-        task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _answered(intake: Intake, within_s: float, hurry: asyncio.Event | None) -> bool:
@@ -658,7 +302,7 @@ async def stop(run: Running, hurry: asyncio.Event | None = None) -> None:
     """Drain (module docstring), flush telemetry, stop every child. ``hurry``, once set,
     ends the drain's wait early."""
     run.intake.drain()  # readiness 503 now; new inference 503 + Retry-After
-    await _cancel(run.tasks)  # nothing is launched or retired while draining
+    await cancel(run.tasks)  # nothing is launched or retired while draining
     if run.controller is not None:
         with contextlib.suppress(Exception):  # a lapsed lease is the fallback
             await run.controller.resign()  # another controller may act at once
@@ -674,7 +318,7 @@ async def stop(run: Running, hurry: asyncio.Event | None = None) -> None:
         if served.dispatcher is not None:
             await served.dispatcher.close(wait_s=0.0)
     await _answered(run.intake, ANSWER_WAIT_S, None)  # the handlers return those errors
-    await _cancel(run.serving_tasks)
+    await cancel(run.serving_tasks)
     with contextlib.suppress(Exception):
         await _flush(run, everything=True)
     if run.store.outbox is not None and run.store.outbox.buffered_rows:
