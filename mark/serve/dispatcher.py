@@ -36,7 +36,7 @@ request waits on an instance that cannot answer. With grace = max(RT_max,
 - an exchange that fails (refused, reset, closed early, a malformed or huge
   line, any other exception) spills what it owes and penalises the same way.
 
-A request is handed to Lambda at most once (``_Request.spilled``): that is its
+A request is handed to Lambda at most once (``Queued.spilled``): that is its
 last hop. Each invocation is bounded by ``spill_timeout_s``. So a request is
 dispatched by arrival + W_batch (≤ RT_max), hands off to Lambda by dispatch +
 2 × grace (verdict, then result), and has its outcome by ``outcome_bound_s`` =
@@ -63,27 +63,23 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from bouncer.agent_token import token_headers
-from bouncer.latency import BatchLatency
-from bouncer.miss_budget import DECLINED_ERROR, MissBudget
+from bouncer.miss_budget import MissBudget
 from bouncer.routing import (
     SPILL_CHUNK,
-    allowance_after,
     due_at,
-    finish_if_sent,
     pick,
     window_end,
 )
 from bouncer.wire import (
-    BATCH_PATH,
     JSON_TYPE,
-    LineReader,
-    decode_result,
-    decode_verdict,
-    encode_batch,
 )
 from mark.ports import Serverless
+from mark.serve.flight import DECLINED, Backend, Flight, Group, Outcome, Queued, Row, row_shape
+from mark.serve.in_flight import InFlight
+from mark.serve.spilling import SHUTTING_DOWN, Spilling
 from mark.serve.telemetry import Telemetry
+
+__all__ = ["DECLINED", "SHUTTING_DOWN", "Backend", "Dispatcher", "Dispatchers", "Outcome", "Row"]
 
 log = logging.getLogger("mark.dispatcher")
 
@@ -92,17 +88,6 @@ _JSON = {"Content-Type": JSON_TYPE}
 GRACE_FLOOR_S = 1.0
 """The least wait past an instance's predicted finish before its batch is hung: below a
 second, a GC pause or a busy machine's scheduling would spill batches merely late."""
-
-SHUTTING_DOWN = "mark is shutting down"
-"""The error of every request the dispatcher still holds when it closes, or gets after."""
-
-DECLINED = DECLINED_ERROR
-"""The error of a request declined instead of spilled (``bouncer.miss_budget``)."""
-
-DECLINABLE_CAUSES = frozenset({"rejected", "no-backend"})
-"""The spills the miss budget may decline: those for want of capacity, as the simulator's
-engine has them (its requests are one row each, as only one-row requests are declined
-here). A request whose instance failed or left is owed its spill."""
 
 RETIRING_KEPT_S = 600.0
 """How long a retiring instance stays marked once it has left the backends. The terminate
@@ -114,113 +99,7 @@ SPILL_TIMEOUT_S = 60.0
 (``AwsLambda``'s ``timeout_s``)."""
 
 
-@dataclass
-class Backend:
-    """An instance's agent as the frontend sees it."""
-
-    instance_id: str
-    instance_type: str
-    url: str
-    latency: BatchLatency
-    n_batch: int = 1
-    w_batch_s: float = 0.0
-    busy_until: float = 0.0
-    penalised_until: float = 0.0
-    allowance_s: float = 0.0
-    """Taken off each deadline the agent is given: how late its results come back
-    (``bouncer.routing.allowance_after``)."""
-    """Until then the instance gets no batches: it just hung or failed one."""
-
-    def finish_if_sent(self, now: float, size: int = 1) -> float:
-        return finish_if_sent(now, self.busy_until, self.latency(size))
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    output: Any | None
-    error: str | None
-    served_by: str  # instance id, "lambda", or "none"
-    latency_s: float
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def spilled(self) -> bool:
-        return self.served_by == "lambda"
-
-    @property
-    def declined(self) -> bool:
-        """Declined by the miss budget instead of spilled (a miss, not a failure to serve)."""
-        return self.error == DECLINED
-
-
-class _Group:
-    """The requests of one ``submit`` call: their outcomes, and a future set when all ended."""
-
-    __slots__ = ("done", "outcomes", "pending")
-
-    def __init__(self, n: int, done: asyncio.Future[None]) -> None:
-        self.outcomes: list[Outcome | None] = [None] * n
-        self.pending = n
-        self.done = done
-
-
-Row = np.ndarray[Any, Any] | dict[str, np.ndarray[Any, Any]]
-"""One request's instance: the one input's, or each named input's."""
-
-
-def _shape(row: Row) -> tuple[Any, ...]:
-    """What a batch's rows must share: each input's instance shape."""
-    if isinstance(row, dict):
-        return tuple(a.shape for a in row.values())
-    return tuple(row.shape)
-
-
-def _plain(row: Row) -> Any:
-    return {n: a.tolist() for n, a in row.items()} if isinstance(row, dict) else row.tolist()
-
-
-class _Request:
-    __slots__ = ("arrival", "deadline", "group", "index", "row", "spilled")
-
-    def __init__(
-        self, row: Row, arrival: float, deadline: float, group: _Group, index: int
-    ) -> None:
-        self.row = row
-        self.arrival = arrival
-        self.deadline = deadline
-        self.group = group
-        self.index = index
-        self.spilled = False  # handed to Lambda (or failed for want of it): never again
-
-    @property
-    def finished(self) -> bool:
-        return self.group.outcomes[self.index] is not None
-
-    @property
-    def owed(self) -> bool:
-        """Neither answered nor handed to Lambda: whoever holds it still owes an answer."""
-        return not self.spilled and not self.finished
-
-
-@dataclass(eq=False)
-class _Flight:
-    """A batch sent to an instance and not settled: the exchange's task, and the timer
-    that declares the batch hung."""
-
-    backend: Backend
-    batch: list[_Request]
-    task: asyncio.Task[None] | None = None
-    timer: asyncio.TimerHandle | None = None
-
-    @property
-    def instance_id(self) -> str:
-        return self.backend.instance_id
-
-
-class Dispatcher:
+class Dispatcher(InFlight, Spilling):
     def __init__(
         self,
         model: str,
@@ -251,18 +130,18 @@ class Dispatcher:
             self.outcome_bound_s + self.grace_s if give_up_after_s is None else give_up_after_s
         )
         self.backends: dict[str, Backend] = {}
-        self._flights: dict[str, set[_Flight]] = {}  # by instance id
+        self._flights: dict[str, set[Flight]] = {}  # by instance id
         # Instances sent nothing new, about to be terminated: id → when marked. Kept while
         # a sync drops the instance (its agent missed a probe) and lists it again before
         # the terminate, and forgotten only ``RETIRING_KEPT_S`` after it left the backends.
         self._retiring: dict[str, float] = {}
-        self._queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self._queue: asyncio.Queue[Queued] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
-        self._forming: list[_Request] = []  # the batch being filled: neither queued nor sent
+        self._forming: list[Queued] = []  # the batch being filled: neither queued nor sent
         # The first request of another shape than the batch being filled: the next
         # batch's first (``_next``), so requests of one shape batch together, in order.
-        self._held: _Request | None = None
+        self._held: Queued | None = None
         self._open = True  # False once closing: ``submit`` answers at once with an error
         self._may_spill = True  # False once close's last wait is over
 
@@ -380,8 +259,8 @@ class Dispatcher:
         else:
             n = rows.shape[0]
             each = [rows[i] for i in range(n)]
-        group = _Group(n, loop.create_future())
-        reqs = [_Request(each[i], now, now + self.rt_max_s, group, i) for i in range(n)]
+        group = Group(n, loop.create_future())
+        reqs = [Queued(each[i], now, now + self.rt_max_s, group, i) for i in range(n)]
         if self.telemetry is not None and not spill_now:
             self.telemetry.arrival(now, n)
         if self.budget is not None and not spill_now:
@@ -403,33 +282,6 @@ class Dispatcher:
                 give_up.cancel()
         return [o for o in group.outcomes if o is not None]
 
-    def _give_up(self, reqs: list[_Request]) -> None:
-        for r in reqs:
-            r.spilled = True  # too late for Lambda too
-            self._finish(r, None, f"no result within {self.give_up_after_s:g} s", "none")
-
-    def _finish(self, r: _Request, output: Any, error: str | None, served_by: str) -> None:
-        group = r.group
-        if group.outcomes[r.index] is not None:
-            return
-        now = self.clock()
-        outcome = Outcome(output, error, served_by, now - r.arrival)
-        group.outcomes[r.index] = outcome
-        group.pending -= 1
-        if group.pending == 0 and not group.done.done():
-            group.done.set_result(None)
-        declined = outcome.declined
-        if (
-            self.budget is not None
-            and not declined  # counted when declined
-            and (not outcome.ok or outcome.latency_s > self.rt_max_s)
-        ):
-            self.budget.miss(now)
-        if self.telemetry is not None:
-            self.telemetry.outcome(
-                now, outcome.latency_s, ok=outcome.ok, spilled=outcome.spilled, declined=declined
-            )
-
     # -- batching --------------------------------------------------------
 
     def _usable(self, b: Backend, now: float) -> bool:
@@ -441,17 +293,17 @@ class Dispatcher:
         now = self.clock()
         return pick(now, [b for b in self.backends.values() if self._usable(b, now)])
 
-    async def _next(self) -> _Request:
+    async def _next(self) -> Queued:
         """The held request, else the queue's next."""
         if self._held is not None:
             held, self._held = self._held, None
             return held
         return await self._queue.get()
 
-    def _joins(self, batch: list[_Request], r: _Request) -> bool:
+    def _joins(self, batch: list[Queued], r: Queued) -> bool:
         """Whether ``r`` joins the batch (its shape is the batch's); else it is held for
         the next one. A model's rows differ in shape only along a variable dimension."""
-        if _shape(r.row) == _shape(batch[0].row):
+        if row_shape(r.row) == row_shape(batch[0].row):
             batch.append(r)
             return True
         self._held = r
@@ -501,7 +353,7 @@ class Dispatcher:
                 continue
             # Reserve the instance now so the next batch sees it busy.
             backend.busy_until = backend.finish_if_sent(now, len(batch))
-            flight = _Flight(backend, batch)
+            flight = Flight(backend, batch)
             self._flights.setdefault(backend.instance_id, set()).add(flight)
             flight.task = self._spawn(self._send(flight))
             self._arm(flight, now + self.grace_s, f"no verdict within {self.grace_s:g} s")
@@ -511,184 +363,6 @@ class Dispatcher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    # -- a batch in flight -----------------------------------------------
-
-    def _arm(self, flight: _Flight, due: float, why: str) -> None:
-        """Declare the flight hung at ``due`` (this clock's time) unless it settles first."""
-        if flight.timer is not None:
-            flight.timer.cancel()
-        delay = max(0.0, due - self.clock())
-        flight.timer = asyncio.get_running_loop().call_later(
-            delay, self._end_flight, flight, f"hung: {why}"
-        )
-
-    def _untrack(self, flight: _Flight) -> bool:
-        """Forget the flight; ``False`` if it had already settled."""
-        if flight.timer is not None:
-            flight.timer.cancel()
-            flight.timer = None
-        flights = self._flights.get(flight.instance_id)
-        if flights is None or flight not in flights:
-            return False
-        flights.discard(flight)
-        if not flights:
-            del self._flights[flight.instance_id]
-        return True
-
-    def _end_flight(self, flight: _Flight, failure: str | None, cause: str = "failure") -> None:
-        """Settle a flight once: stop its exchange and spill what the instance still owes
-        (counted under ``cause``); a failure that left requests owed penalises the instance."""
-        if not self._untrack(flight):
-            return
-        owed = [r for r in flight.batch if r.owed]
-        if failure is not None and owed:
-            log.warning(
-                "instance %s: %s; %d requests go to Lambda", flight.instance_id, failure, len(owed)
-            )
-            self._penalise(flight.instance_id)
-        if flight.task is not None and flight.task is not asyncio.current_task():
-            flight.task.cancel()
-        self._spill(owed, cause)
-
-    def _penalise(self, instance_id: str) -> None:
-        """No batches to the instance for a grace, and a ``busy_until`` that says so."""
-        b = self.backends.get(instance_id)
-        if b is None:
-            return
-        until = self.clock() + self.grace_s
-        b.busy_until = max(b.busy_until, until)
-        b.penalised_until = max(b.penalised_until, until)
-
-    async def _send(self, flight: _Flight) -> None:
-        """The exchange with the agent; however it ends, every request is answered or spilled."""
-        batch = flight.batch
-        try:
-            rows = [r.row for r in batch]
-            arrays = [r for r in rows if not isinstance(r, dict)]
-            body = encode_batch(
-                np.stack(arrays) if len(arrays) == len(rows) else rows,
-                self.dtype,
-                [r.deadline - flight.backend.allowance_s for r in batch],
-            )
-        except Exception:  # rows that do not stack: not the instance's fault, no penalty
-            log.exception("cannot encode a batch for %s; it goes to Lambda", flight.instance_id)
-            self._end_flight(flight, None)
-            return
-        try:
-            await self._exchange(flight, body)
-        except asyncio.CancelledError:
-            self._end_flight(flight, None, cause="closing")  # abandoned (settled) or closing
-            raise
-        except Exception as exc:  # any failure, expected or not: what is owed spills
-            self._end_flight(flight, f"failed a batch: {type(exc).__name__}: {exc}")
-        else:
-            self._end_flight(flight, None)
-
-    async def _exchange(self, flight: _Flight, body: bytes) -> None:
-        backend, batch = flight.backend, flight.batch
-        iid = backend.instance_id
-        async with self.session.post(
-            f"{backend.url}{BATCH_PATH}", data=body, headers={**_JSON, **token_headers()}
-        ) as resp:
-            if resp.status != 200:
-                raise aiohttp.ClientResponseError(
-                    resp.request_info, (), status=resp.status, message=await resp.text()
-                )
-            lines = LineReader(resp.content)
-            head = decode_verdict(await lines.line(), len(batch))
-            now = self.clock()
-            current = self.backends.get(iid)
-            if current is not None:
-                current.busy_until = max(now, head.finish, current.penalised_until)
-            # What the Bouncer rejects (or leaves out) goes to Lambda while it has time.
-            taken = set(head.admitted)
-            rejected = [r for i, r in enumerate(batch) if i not in taken]
-            self._spill(rejected, "rejected", backend.instance_type)
-            admitted = [batch[i] for i in head.admitted]
-            if admitted:
-                last = max(r.deadline for r in admitted)
-                due = max(now, min(head.finish, last)) + self.grace_s
-                self._arm(flight, due, f"no result {self.grace_s:g} s past its predicted finish")
-                outputs, error = decode_result(await lines.line(), len(admitted))
-                current = self.backends.get(iid)
-                if current is not None:
-                    current.allowance_s = allowance_after(
-                        current.allowance_s, self.clock() - head.finish, self.rt_max_s / 2
-                    )
-                if error is not None:
-                    for r in admitted:
-                        self._finish(r, None, error, iid)
-                else:
-                    for r, out in zip(admitted, outputs, strict=True):
-                        self._finish(r, out, None, iid)
-            # Read to the end of the chunked body: a response released before its end
-            # closes the connection, and the next batch would pay a new TCP handshake.
-            await resp.content.read()
-
-    # -- spill -----------------------------------------------------------
-
-    def _spill(
-        self, reqs: Sequence[_Request], cause: str, instance_type: str | None = None
-    ) -> None:
-        """Hand to Lambda each request still owed: its last hop, taken once. ``cause``
-        (``telemetry.SPILL_CAUSES``) is what ``/metrics`` counts it under."""
-        todo = [r for r in reqs if r.owed]
-        for r in todo:
-            r.spilled = True
-        if not todo:
-            return
-        if self.budget is not None and cause in DECLINABLE_CAUSES and self._may_spill:
-            # Only a request of one row: a declined row fails its whole request (a 503),
-            # so declining one row of several would waste what its other rows cost.
-            single = [r for r in todo if len(r.group.outcomes) == 1]
-            n = self.budget.decline(self.clock(), len(single))
-            if n:
-                declined = set(map(id, single[:n]))
-                for r in single[:n]:
-                    self._finish(r, None, DECLINED, "none")
-                todo = [r for r in todo if id(r) not in declined]
-            if not todo:
-                return
-        if not self._may_spill:
-            for r in todo:
-                self._finish(r, None, SHUTTING_DOWN, "none")
-            return
-        if self.serverless is None:
-            for r in todo:
-                self._finish(r, None, "no serving capacity and no spill function", "none")
-            return
-        if self.telemetry is not None:
-            self.telemetry.spilled(cause, len(todo), instance_type)
-        # Invocations run side by side, as Lambda scales out per concurrent request.
-        for s in range(0, len(todo), SPILL_CHUNK):
-            self._spawn(self._invoke(self.serverless, todo[s : s + SPILL_CHUNK]))
-
-    async def _invoke(self, serverless: Serverless, chunk: list[_Request]) -> None:
-        """One invocation; every request in it ends, with an output or an explicit error."""
-        deadline = asyncio.timeout(self.spill_timeout_s)
-        try:
-            async with deadline:
-                rows = [_plain(r.row) for r in chunk]
-                result = await serverless.invoke(self.model, rows, dtype=self.dtype)
-            outputs = list(result.outputs)
-            if len(outputs) != len(chunk):
-                raise ValueError(f"{len(outputs)} outputs for {len(chunk)} requests")
-            for r, out in zip(chunk, outputs, strict=True):
-                self._finish(r, out, None, "lambda")
-        except asyncio.CancelledError:
-            self._fail(chunk, "spill cancelled: mark is shutting down")
-            raise
-        except Exception as exc:  # CloudError, a payload read error, a bad reply: never silent
-            if isinstance(exc, TimeoutError) and deadline.expired():
-                why = f"no answer within {self.spill_timeout_s:g} s"
-            else:
-                why = str(exc) or type(exc).__name__
-            self._fail(chunk, f"spill failed: {why}")
-
-    def _fail(self, reqs: Sequence[_Request], error: str) -> None:
-        for r in reqs:
-            self._finish(r, None, error, "lambda")
 
 
 @dataclass(frozen=True)
