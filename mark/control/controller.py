@@ -34,7 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from mark.catalog import Catalog, Market, load_catalog
 from mark.config import ModelSpec, Settings
 from mark.control.adopt import adopt_fleet
-from mark.control.durable import ControlStore, Durable, frontend_id
+from mark.control.durable import ControlStore, Durable
 from mark.control.history import LoadHistory, cold_start_forecaster
 from mark.control.reconcile import LIVE, Reconciler
 from mark.control.recorder import Recorder
@@ -61,6 +61,7 @@ from mark.control.step_runner import (
 )
 from mark.control.vanished import end_vanished
 from mark.errors import StoreError
+from mark.identity import frontend_id
 from mark.ports import Clock, Draining, Fleet, InstanceInfo, InterruptionNotice, Store
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor

@@ -17,8 +17,9 @@ A controller acts only while it holds the cluster's lease in the database
 lapse; a controller that does not hold it plans, launches and records nothing, and
 takes over (restoring the state and adopting the fleet, as a restart does) once the
 holder has not renewed it in time. The holder id is unique to the process
-(``frontend_id``): two daemons on one host and data directory are two holders, and
-a restarted one waits out its predecessor's lease unless that one resigned on stop.
+(``mark.identity.frontend_id``): two daemons on one host and data directory are two
+holders, and a restarted one waits out its predecessor's lease unless that one resigned
+on stop.
 
 A store without these methods (the simulator's ``MemoryStore``), or a fleet without a
 cluster name (the simulator's), saves nothing and needs no lease: one controller, one
@@ -29,9 +30,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import secrets
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -161,15 +159,6 @@ def decode_state(data: Mapping[str, Any]) -> ControlState:
 
 
 # -- saving, restoring, leading ---------------------------------------------------
-
-
-_FRONTEND_ID = f"{socket.gethostname()[:64]}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
-def frontend_id() -> str:
-    """This process's id as a frontend and lease holder: host, pid and a random part (a
-    pid is reused across restarts and containers), the same for the process's life."""
-    return _FRONTEND_ID
 
 
 @dataclass

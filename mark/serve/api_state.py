@@ -12,6 +12,7 @@ from aiohttp import web
 from bouncer.miss_budget import MissBudget
 from bouncer.wire import SERVED_BY_HEADER, dump_json
 from mark.config import ModelSpec, Settings
+from mark.identity import frontend_id
 from mark.ports import Serverless
 from mark.serve.auth import sees_internals
 from mark.serve.codec import BadRequest
@@ -126,6 +127,7 @@ def model_request_path(
         settings.timings.sample_window_s,
         recent_size=settings.slo_monitor.last_m,
         started_at=clock(),
+        source=frontend_id(),
     )
     budget = (
         MissBudget(m.slo.sl_min, m.slo.decline_share, window_s=m.slo.period_s)

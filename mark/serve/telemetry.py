@@ -55,6 +55,9 @@ class Telemetry:
     recent_size: int = 100
     started_at: float | None = None
     """From when windows count (empty ones included); None: from the first arrival or drain."""
+    source: str = ""
+    """The frontend counting (its id), stamped on what ``drain`` hands over: frontends
+    sharing a database each keep their own rows, which the store's reads sum."""
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     latency_sum_s: float = 0.0
     latency_buckets: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S))
@@ -165,7 +168,8 @@ class Telemetry:
         counts = dict.fromkeys(self._windows_between(first_empty, open_window), 0)
         counts.update((w, c) for w, c in self._arrivals.items() if everything or w < open_window)
         windows = [
-            ArrivalWindow(self.model, w, self.sample_window_s, c) for w, c in sorted(counts.items())
+            ArrivalWindow(self.model, w, self.sample_window_s, c, self.source)
+            for w, c in sorted(counts.items())
         ]
         for w in windows:
             self._arrivals.pop(w.window_start, None)
@@ -190,6 +194,7 @@ class Telemetry:
                     m.spilled,
                     m.errors,
                     http_requests=m.requests,
+                    source=self.source,
                 )
             )
         return windows, rollups

@@ -31,10 +31,15 @@ class InstanceEvent:
 
 @dataclass(frozen=True, slots=True)
 class ArrivalWindow:
+    """Rows that arrived for ``model`` in one sample window. ``source`` is the frontend
+    that counted them: frontends sharing a database each write their own count, and the
+    store's reads sum them (``source`` "" there, as in rows written before sources)."""
+
     model: str
     window_start: float
     window_s: float
     count: int
+    source: str = ""
 
     @property
     def rate(self) -> float:
@@ -47,6 +52,7 @@ class LatencyRollup:
     """One model-minute. ``requests`` counts rows (instances) finished, the unit of load
     and of the SLO; ``http_requests`` the inference requests (HTTP calls) that arrived,
     each of one or more rows (None: not counted, a minute recorded before mark kept it).
+    ``source`` is the frontend that measured the minute, as for ``ArrivalWindow``.
     """
 
     model: str
@@ -60,6 +66,7 @@ class LatencyRollup:
     spilled: int = 0
     errors: int = 0
     http_requests: int | None = None
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,23 +50,31 @@ class InstanceEventRow(Base):
 
 
 class ArrivalRow(Base):
-    """Requests that arrived for a model in one sample window (P_s)."""
+    """Requests that arrived for a model in one sample window (P_s), as one frontend
+    (``source``) counted them: frontends sharing the database each keep their own row."""
 
     __tablename__ = "arrivals"
-    __table_args__ = (UniqueConstraint("model", "window_start", name="uq_arrivals_window"),)
+    __table_args__ = (
+        UniqueConstraint("model", "window_start", "source", name="uq_arrivals_window"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model: Mapped[str] = mapped_column(String(64))
     window_start: Mapped[float] = mapped_column(Float)
     window_s: Mapped[float] = mapped_column(Float)
     count: Mapped[int] = mapped_column(Integer)
+    # The frontend that counted them; "" for rows written before 0006.
+    source: Mapped[str] = mapped_column(String(128), default="", server_default="")
 
 
 class LatencyRollupRow(Base):
-    """Latency quantiles and SLO outcomes of one model over one minute."""
+    """Latency quantiles and SLO outcomes of one model over one minute, as one frontend
+    (``source``) measured them."""
 
     __tablename__ = "latency_rollups"
-    __table_args__ = (UniqueConstraint("model", "minute_start", name="uq_latency_minute"),)
+    __table_args__ = (
+        UniqueConstraint("model", "minute_start", "source", name="uq_latency_minute"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model: Mapped[str] = mapped_column(String(64))
@@ -81,6 +89,8 @@ class LatencyRollupRow(Base):
     errors: Mapped[int] = mapped_column(Integer, default=0)
     # Inference requests (HTTP calls); ``requests`` counts rows. Null before 0005.
     http_requests: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The frontend that measured the minute; "" for rows written before 0006.
+    source: Mapped[str] = mapped_column(String(128), default="", server_default="")
 
 
 class PlanRow(Base):

@@ -2,50 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import case, delete, event, or_, select, text, update
-from sqlalchemy.engine import CursorResult, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
-from sqlalchemy.ext.asyncio import (
-    AsyncEngine,
-    async_sessionmaker,
-    create_async_engine,
-)
+from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mark.errors import StoreError
 from mark.state import migrate
+from mark.state.api_key_store import ApiKeyStore
+from mark.state.control_store import ControlStore
+from mark.state.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, make_engine
 from mark.state.outbox import Outbox, StoreUnreachable, unreachable
 from mark.state.records import (
-    ApiKeyRecord,
-    ArrivalWindow,
-    ControlStateRecord,
     Decision,
     InstanceEvent,
     InstanceRecord,
-    LatencyRollup,
-    LeaseRecord,
     LedgerEntry,
     PlanRecord,
     ProfileRecord,
 )
 from mark.state.schema import (
-    ApiKeyRow,
-    ArrivalRow,
     Base,
-    ControlLeaseRow,
-    ControlStateRow,
     DecisionRow,
     InstanceEventRow,
     InstanceRow,
-    LatencyRollupRow,
     LedgerRow,
     PlanRow,
     ProfileRow,
 )
+from mark.state.telemetry_store import TelemetryStore
+
+__all__ = ["CONNECT_TIMEOUT_S", "STATEMENT_TIMEOUT_S", "SqlStore", "make_engine", "open_store"]
 
 R = TypeVar("R")
 
@@ -63,69 +52,17 @@ def _to_record(row: Base, cls: type[R], drop: Iterable[str] = ("id",)) -> R:
     return cls(**fields)
 
 
-CONNECT_TIMEOUT_S = 5.0
-STATEMENT_TIMEOUT_S = 10.0
-
-
-def _sqlite_pragmas(busy_ms: int) -> Callable[[Any, Any], None]:
-    def on_connect(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA busy_timeout={busy_ms}")
-        cur.close()
-
-    return on_connect
-
-
-def make_engine(
-    url: str,
-    *,
-    connect_timeout_s: float = CONNECT_TIMEOUT_S,
-    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
-) -> AsyncEngine:
-    """An async engine whose every wait is bounded, so a database that does not answer
-    stalls no caller for long: for SQLite, the lock wait (busy timeout; the file's folder
-    is created, WAL and FKs on); for PostgreSQL, connecting (and waiting for a pooled
-    connection) and each statement, on the server (``statement_timeout``) and, a connect
-    timeout later, in the driver (``command_timeout``: a server that stopped answering)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        db = parsed.database
-        if db and db != ":memory:":
-            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, connect_args={"timeout": statement_timeout_s})
-        event.listen(
-            engine.sync_engine, "connect", _sqlite_pragmas(round(statement_timeout_s * 1000))
-        )
-        return engine
-    return create_async_engine(
-        url,
-        pool_pre_ping=True,
-        pool_timeout=connect_timeout_s,
-        connect_args={
-            "timeout": connect_timeout_s,
-            # The server's timeout first (it cancels cleanly), the driver's as a backstop.
-            "command_timeout": statement_timeout_s + connect_timeout_s,
-            "server_settings": {"statement_timeout": str(round(statement_timeout_s * 1000))},
-        },
-    )
-
-
-class SqlStore:
+class SqlStore(TelemetryStore, ApiKeyStore, ControlStore):
     """Instances, telemetry roll-ups, plans and decisions, the cost ledger, API keys, the
-    control state and the leader lease.
+    control state and the leader lease. Here: instances, plans and decisions, profiles
+    and the ledger; the rest by role in ``telemetry_store``, ``api_key_store`` and
+    ``control_store``, on the engine and sessions of ``engine.StoreBase``.
 
     With an ``outbox`` (the daemon's), the bookkeeping writes (instance states,
     arrivals, roll-ups, plans, decisions, charges, profiles) are buffered while the
     database cannot be reached instead of raising (``mark.state.outbox``); reads, API
     keys, the control state and the lease always go to the database.
     """
-
-    def __init__(self, engine: AsyncEngine, outbox: Outbox | None = None) -> None:
-        self.engine = engine
-        self.outbox = outbox
-        self._session = async_sessionmaker(engine, expire_on_commit=False)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -146,12 +83,6 @@ class SqlStore:
     async def retry_pending(self) -> int:
         """Write what the outbox holds, if the store answers; the rows written."""
         return await self.outbox.retry() if self.outbox is not None else 0
-
-    async def _write(self, kind: str, rows: int, run: Callable[[], Awaitable[object]]) -> None:
-        if self.outbox is None:
-            await run()
-        else:
-            await self.outbox.write(kind, rows, run)
 
     async def check_schema(self) -> None:
         """Fail with a clear message when the database is not at the code's migration head."""
@@ -265,82 +196,6 @@ class SqlStore:
         async with self._session() as s:
             rows = (await s.scalars(q)).all()
         return [_to_record(r, InstanceEvent) for r in rows]
-
-    # -- telemetry -------------------------------------------------------
-
-    async def add_arrivals(self, windows: Sequence[ArrivalWindow]) -> None:
-        """Record closed sample windows; re-recording a window replaces its count."""
-        for w in windows:
-            if w.window_s <= 0 or w.count < 0:
-                raise StoreError(f"invalid arrival window {w}")
-        fixed = tuple(windows)
-        await self._write("arrivals", len(fixed), lambda: self._add_arrivals(fixed))
-
-    async def _add_arrivals(self, windows: Sequence[ArrivalWindow]) -> None:
-        by_model: dict[str, dict[float, ArrivalWindow]] = {}
-        for w in windows:
-            by_model.setdefault(w.model, {})[w.window_start] = w
-        async with self._session.begin() as s:
-            for model, fresh in by_model.items():
-                existing = (
-                    await s.scalars(
-                        select(ArrivalRow).where(
-                            ArrivalRow.model == model,
-                            ArrivalRow.window_start >= min(fresh),
-                            ArrivalRow.window_start <= max(fresh),
-                        )
-                    )
-                ).all()
-                for row in existing:
-                    if row.window_start in fresh:
-                        w = fresh.pop(row.window_start)
-                        row.count, row.window_s = w.count, w.window_s
-                s.add_all(ArrivalRow(**asdict(w)) for w in fresh.values())
-
-    async def arrivals(self, model: str, since: float, until: float) -> list[ArrivalWindow]:
-        q = (
-            select(ArrivalRow)
-            .where(
-                ArrivalRow.model == model,
-                ArrivalRow.window_start >= since,
-                ArrivalRow.window_start < until,
-            )
-            .order_by(ArrivalRow.window_start)
-        )
-        async with self._session() as s:
-            rows = (await s.scalars(q)).all()
-        return [_to_record(r, ArrivalWindow) for r in rows]
-
-    async def add_latency_rollup(self, r: LatencyRollup) -> None:
-        await self._write("rollups", 1, lambda: self._add_latency_rollup(r))
-
-    async def _add_latency_rollup(self, r: LatencyRollup) -> None:
-        async with self._session.begin() as s:
-            existing = await s.scalar(
-                select(LatencyRollupRow).where(
-                    LatencyRollupRow.model == r.model,
-                    LatencyRollupRow.minute_start == r.minute_start,
-                )
-            )
-            if existing is None:
-                s.add(LatencyRollupRow(**asdict(r)))
-            else:
-                for k, v in asdict(r).items():
-                    setattr(existing, k, v)
-
-    async def latency_rollups(self, model: str, since: float, until: float) -> list[LatencyRollup]:
-        q = (
-            select(LatencyRollupRow)
-            .where(
-                LatencyRollupRow.model == model,
-                LatencyRollupRow.minute_start >= since,
-                LatencyRollupRow.minute_start < until,
-            )
-            .order_by(LatencyRollupRow.minute_start)
-        )
-        async with self._session() as s:
-            rows = (await s.scalars(q)).all()
-        return [_to_record(r, LatencyRollup) for r in rows]
 
     # -- plans and decisions ---------------------------------------------
 
@@ -498,135 +353,6 @@ class SqlStore:
         async with self._session() as s:
             rows = (await s.scalars(q)).all()
         return [_to_record(r, LedgerEntry) for r in rows]
-
-    # -- API keys --------------------------------------------------------
-
-    async def add_api_key(self, key: ApiKeyRecord) -> None:
-        """Record a new key (its secret's hash, never the secret); an id in use is an error."""
-        async with self._session.begin() as s:
-            if await s.get(ApiKeyRow, key.id) is not None:
-                raise StoreError(f"API key id {key.id!r} is already in use")
-            s.add(
-                ApiKeyRow(
-                    id=key.id,
-                    name=key.name,
-                    scopes=",".join(key.scopes),
-                    hash=key.hash,
-                    created_at=key.created_at,
-                    revoked_at=key.revoked_at,
-                    rate_rps=key.rate_rps,
-                    max_concurrency=key.max_concurrency,
-                )
-            )
-
-    async def api_keys(self, *, active_only: bool = False) -> list[ApiKeyRecord]:
-        """Keys, oldest first; with ``active_only``, those not revoked."""
-        q = select(ApiKeyRow).order_by(ApiKeyRow.created_at, ApiKeyRow.id)
-        if active_only:
-            q = q.where(ApiKeyRow.revoked_at.is_(None))
-        async with self._session() as s:
-            rows = (await s.scalars(q)).all()
-        return [_api_key(r) for r in rows]
-
-    async def revoke_api_key(self, key_id: str, at: float) -> ApiKeyRecord:
-        """Revoke a key from ``at`` on; one revoked already keeps its first revocation time."""
-        async with self._session.begin() as s:
-            row = await s.get(ApiKeyRow, key_id)
-            if row is None:
-                raise StoreError(f"unknown API key id {key_id!r}")
-            if row.revoked_at is None:
-                row.revoked_at = at
-            return _api_key(row)
-
-    # -- control state and leader lease ------------------------------------
-
-    async def save_control_state(self, rec: ControlStateRecord) -> None:
-        """Keep the control state of ``rec.key`` (one row per cluster, replaced)."""
-        async with self._session.begin() as s:
-            row = await s.get(ControlStateRow, rec.key)
-            if row is None:
-                s.add(
-                    ControlStateRow(
-                        key=rec.key,
-                        version=rec.version,
-                        state=dict(rec.state),
-                        saved_at=rec.saved_at,
-                        saved_by=rec.saved_by,
-                    )
-                )
-            else:
-                row.version, row.state = rec.version, dict(rec.state)
-                row.saved_at, row.saved_by = rec.saved_at, rec.saved_by
-
-    async def control_state(self, key: str) -> ControlStateRecord | None:
-        """The control state last saved for ``key``; None if there is none."""
-        async with self._session() as s:
-            row = await s.get(ControlStateRow, key)
-        if row is None:
-            return None
-        return ControlStateRecord(row.key, row.version, dict(row.state), row.saved_at, row.saved_by)
-
-    async def acquire_lease(self, key: str, holder: str, now: float, ttl_s: float) -> LeaseRecord:
-        """Take or renew the lease on ``key`` for ``holder`` until ``now + ttl_s`` if it is
-        free, expired or already theirs; returns the lease as it stands (maybe another's).
-
-        One conditional UPDATE, then an INSERT if there was no row: of two controllers
-        racing, the database lets exactly one win (the other's UPDATE matches nothing once
-        the winner's commit is visible, or its INSERT breaks the primary key).
-        """
-        until = now + ttl_s
-        async with self._session.begin() as s:
-            result = await s.execute(
-                update(ControlLeaseRow)
-                .where(
-                    ControlLeaseRow.key == key,
-                    or_(ControlLeaseRow.holder == holder, ControlLeaseRow.expires_at <= now),
-                )
-                .values(
-                    acquired_at=case(
-                        (ControlLeaseRow.holder == holder, ControlLeaseRow.acquired_at),
-                        else_=now,
-                    ),
-                    holder=holder,
-                    expires_at=until,
-                )
-            )
-            taken = isinstance(result, CursorResult) and result.rowcount > 0
-        if not taken:
-            try:
-                async with self._session.begin() as s:
-                    s.add(
-                        ControlLeaseRow(key=key, holder=holder, acquired_at=now, expires_at=until)
-                    )
-            except IntegrityError:
-                pass  # another controller holds it (or just took it)
-        async with self._session() as s:
-            row = await s.get(ControlLeaseRow, key)
-        if row is None:  # released between the two statements: nobody holds it
-            return LeaseRecord(key, "", now, now)
-        return LeaseRecord(row.key, row.holder, row.acquired_at, row.expires_at)
-
-    async def release_lease(self, key: str, holder: str) -> None:
-        """Give the lease up at once (a clean stop), if ``holder`` holds it."""
-        async with self._session.begin() as s:
-            await s.execute(
-                delete(ControlLeaseRow).where(
-                    ControlLeaseRow.key == key, ControlLeaseRow.holder == holder
-                )
-            )
-
-
-def _api_key(r: ApiKeyRow) -> ApiKeyRecord:
-    return ApiKeyRecord(
-        r.id,
-        r.name,
-        tuple(x for x in r.scopes.split(",") if x),
-        r.hash,
-        r.created_at,
-        r.revoked_at,
-        r.rate_rps,
-        r.max_concurrency,
-    )
 
 
 def _one_line(exc: BaseException) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mark.catalog import load_catalog
 from mark.control import Controller
-from mark.control.durable import frontend_id
+from mark.identity import frontend_id
 from mark.sim.fleet import SimFleet
 from mark.state import SqlStore, open_store
 from tests.mark.test_control_durable import T0, _loaded, _setup
@@ -128,7 +128,7 @@ def test_the_holder_id_is_unique_to_the_process() -> None:
         [
             sys.executable,
             "-c",
-            "from mark.control.durable import frontend_id; print(frontend_id())",
+            "from mark.identity import frontend_id; print(frontend_id())",
         ],
         capture_output=True,
         text=True,
