@@ -105,6 +105,7 @@ async def sync_backends(run: Running) -> None:
             await run.store.set_instance_state(
                 iid, state, now, reason=why, only_from=AGENT_STATES_FROM
             )
+    run.synced_at = now
     if run.world.agents_measure:
         await _store_measured_profiles(run, agents)
 

@@ -11,6 +11,7 @@ import logging
 
 from mark.catalog import Catalog
 from mark.clock import WallClock
+from mark.cluster import tallies, with_others
 from mark.config import Settings
 from mark.control import Controller, online_predictor
 from mark.control.profiles import rate_options
@@ -33,29 +34,25 @@ STORE_RETRY_S = 2.0
 async def slo_round(run: Running) -> None:
     """Every 2 s: the spills and misses since the last round to the controller, then the
     SLO monitor's check on the latencies finished, then an early step if the load left
-    its plan."""
+    its plan. While this frontend leads, the other frontends' counts are added
+    (``mark.cluster.with_others``): the monitor judges the cluster's requests."""
     if run.controller is None:
         return
+    now = WallClock().now()
     latencies = {
         name: served.telemetry.take_latencies()
         for name, served in run.models.items()
         if served.telemetry is not None
     }
-    await run.controller.record_spills(
-        {
-            name: served.telemetry.take_spills()
-            for name, served in run.models.items()
-            if served.telemetry is not None
-        }
-    )
-    now = WallClock().now()
-    await run.controller.record_misses(
-        {
-            name: served.dispatcher.budget.tally(now)
-            for name, served in run.models.items()
-            if served.dispatcher is not None and served.dispatcher.budget is not None
-        }
-    )
+    spills = {
+        name: served.telemetry.take_spills()
+        for name, served in run.models.items()
+        if served.telemetry is not None
+    }
+    misses = tallies(run, now)
+    with_others(run, latencies, spills, misses, run.controller.leading(now))
+    await run.controller.record_spills(spills)
+    await run.controller.record_misses(misses)
     await run.controller.check_slo(WallClock().now(), latencies)
     await run.controller.react(WallClock().now())
 

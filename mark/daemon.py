@@ -50,6 +50,7 @@ from aiohttp import web
 from mark.agent_sync import AGENT_STATES_FROM, backend_for, first_sync, pool_sizes, sync_after
 from mark.catalog import load_catalog
 from mark.clock import WallClock
+from mark.cluster import beat
 from mark.config import Settings
 from mark.control import resolve_source
 from mark.control_tasks import control_tasks, reloads, start_control, when_store_answers
@@ -68,6 +69,7 @@ from mark.serve.auth import (
 from mark.serve.endpoint import STATE, Served, build_app
 from mark.serve.intake import Intake, Phase
 from mark.state import ApiKeyRecord, Outbox, SqlStore, StoreUnreachable, open_store
+from mark.state.frontend_store import BEAT_S
 from mark.state.store import make_engine
 from mark.world import open_world
 
@@ -280,6 +282,9 @@ async def start(settings: Settings) -> Running:
         asyncio.create_task(
             every(settings.timings.sample_window_s, "telemetry flush", lambda: _flush(run))
         )
+    )
+    run.serving_tasks.append(
+        asyncio.create_task(every(BEAT_S, "frontend beat", lambda: beat(run, clock.now())))
     )
     return run
 

@@ -15,11 +15,13 @@ from mark.catalog import Catalog
 from mark.clock import WallClock
 from mark.config import Settings
 from mark.control import Controller
+from mark.control.cluster_feed import ClusterFeed
 from mark.control.health import HealthTracker
+from mark.identity import frontend_id
 from mark.serve.auth import KeyCache
 from mark.serve.endpoint import Served
 from mark.serve.intake import Intake
-from mark.state import SqlStore
+from mark.state import FrontendRecord, SqlStore
 from mark.world import Job, World
 
 log = logging.getLogger("mark.daemon")
@@ -56,6 +58,13 @@ class Running:
     """Set (SIGHUP) to read the model repository again at once."""
     reloads: int = 0
     """How many times the model repository was read again (done, or failed)."""
+    started_at: float = field(default_factory=lambda: WallClock().now())
+    synced_at: float | None = None
+    """When the last agent sync ended: the retiring marks it read are seen by then."""
+    cluster: list[FrontendRecord] = field(default_factory=list)
+    """The live frontends, this one included, as of the last beat."""
+    feed: ClusterFeed = field(default_factory=lambda: ClusterFeed(frontend_id()))
+    """The leader's look at the other frontends' counts (``mark.control.cluster_feed``)."""
 
 
 def store_metrics(store: SqlStore) -> str:

@@ -13,8 +13,11 @@ from mark.cli.context import console, fail, run_async, state
 from mark.cli.profile_cmd import awaiting_profile, awaiting_text
 from mark.config import Settings
 from mark.ports import Store
-from mark.state import Decision, LatencyRollup, open_store
+from mark.state import Decision, FrontendRecord, LatencyRollup, LeaseRecord, open_store
+from mark.state.frontend_store import LIVE_S
 
+FRONTEND_SHOWN_S = 3600.0
+"""Frontends that beat within the last hour are listed, the gone ones marked so."""
 ORPHAN_ACTIONS = frozenset({"orphan", "retire-orphan"})
 """The orphan sweep's decisions (``provisioner.orphan_step``), recorded outside any plan."""
 
@@ -101,6 +104,8 @@ def status(
             }
             orphans = await last_orphans(store, settings)
             awaiting = {m.name: await awaiting_profile(store, m.name) for m in settings.models}
+            frontends = await store.frontends(now - FRONTEND_SHOWN_S)
+            leases = await store.leases()
         finally:
             await store.close()
         table = Table(title=f"fleet ({len(fleet)} instances)")
@@ -140,8 +145,30 @@ def status(
                 )
             console.print(out)
         console.print(latency_table(settings, rollups, minutes))
+        console.print(frontend_table(frontends, leases, now))
 
     run_async(go())
+
+
+def frontend_table(frontends: list[FrontendRecord], leases: list[LeaseRecord], now: float) -> Table:
+    """The frontends seen lately: id, address, up since, last beat, and which leads (holds
+    an unexpired lease); one that has not beaten for ``LIVE_S`` is marked gone."""
+    leading = {lease.holder for lease in leases if lease.expires_at > now}
+    table = Table(title=f"frontends ({sum(now - f.last_seen <= LIVE_S for f in frontends)} live)")
+    for col in ("frontend", "address", "up since", "last seen", "leads"):
+        table.add_column(col)
+    for f in frontends:
+        age = now - f.last_seen
+        table.add_row(
+            f.id,
+            f.url,
+            _when(f.started_at),
+            f"{age:.0f} s ago" + ("" if age <= LIVE_S else " (gone)"),
+            "yes" if f.id in leading else "",
+        )
+    if not frontends:
+        table.caption = "none has beaten lately: is the daemon running on this database?"
+    return table
 
 
 def plan(

@@ -294,11 +294,20 @@ def retry_after(wait_s: float) -> str:
 
 @dataclass
 class Limiter:
-    """Per key: its token bucket and how many of its requests are in flight."""
+    """Per key: its token bucket and how many of its requests are in flight.
+
+    A key's limits are the cluster's: with ``share`` frontends live, each enforces its
+    share, rate / N and ⌈cap / N⌉ (``cap`` at least 1), as the load balancer spreads a
+    key's requests over them. Shared counters in the database would be exact but put a
+    round trip on every request's path; a share errs by how unevenly the balancer
+    spreads one key's requests, and a frontend that dies takes its share with it until
+    the next beat (``mark.state.frontend_store``) counts one fewer."""
 
     api: ApiSpec
     buckets: dict[str, Bucket] = field(default_factory=dict)
     in_flight: dict[str, int] = field(default_factory=dict)
+    share: int = 1
+    """How many frontends the limits are shared by (live ones, as last counted)."""
 
     def limits(self, key: ApiKeyRecord) -> tuple[float | None, int | None]:
         rate = key.rate_rps if key.rate_rps is not None else self.api.default_rate_rps
@@ -307,7 +316,11 @@ class Limiter:
             if key.max_concurrency is not None
             else self.api.default_max_concurrency
         )
-        return rate, cap
+        n = max(1, self.share)
+        return (
+            rate / n if rate is not None else None,
+            max(1, math.ceil(cap / n)) if cap is not None else None,
+        )
 
     def admit(self, key: ApiKeyRecord, now: float) -> tuple[str, float] | None:
         """None when the request may go (it is then in flight until ``done``); else

@@ -76,6 +76,10 @@ class Telemetry:
     recent: deque[bool] = field(default_factory=deque)
     _fresh: list[float] = field(default_factory=list)
     _spills: SpillCounts = field(default_factory=SpillCounts)
+    monitored: list[int] = field(default_factory=lambda: [0, 0])
+    """The SLO monitor's input since the start, never taken: [within RT_max, not]."""
+    spills_ended: list[int] = field(default_factory=lambda: [0, 0])
+    """Spilled requests ended since the start: [all, within RT_max]."""
     _next: float | None = None  # the first window not yet drained
 
     def __post_init__(self) -> None:
@@ -123,9 +127,12 @@ class Telemetry:
                 self.latency_buckets[i] += 1
         if not declined:
             self._fresh.append(latency_s if ok else math.inf)
+            self.monitored[0 if within else 1] += 1
         if spilled:
             s = self._spills
             self._spills = SpillCounts(s.total + 1, s.within + within, s.cost)
+            self.spills_ended[0] += 1
+            self.spills_ended[1] += within
 
     def _minute(self, now: float) -> _Minute:
         return self._minutes.setdefault(math.floor(now / 60.0) * 60.0, _Minute())
@@ -147,6 +154,20 @@ class Telemetry:
         evidence the planner reads (``provisioner.spill_evidence``)."""
         fresh, self._spills = self._spills, SpillCounts()
         return fresh
+
+    def feed(self, tally: tuple[int, int] = (0, 0)) -> dict[str, float]:
+        """What this frontend has counted since it started, for the leader's SLO monitor
+        and spill evidence (``mark.control.cluster_feed``), and ``tally``, its miss budget's
+        (arrived, missed) now."""
+        return {
+            "hits": self.monitored[0],
+            "misses": self.monitored[1],
+            "spilled": self.spills_ended[0],
+            "spill_within": self.spills_ended[1],
+            "spill_cost": self.lambda_cost,
+            "arrived": tally[0],
+            "missed": tally[1],
+        }
 
     def take_latencies(self) -> list[float]:
         """Latencies (inf for failures) finished since the last call: the SLO monitor's input."""

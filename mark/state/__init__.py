@@ -1,5 +1,5 @@
 """The state store: instances, telemetry roll-ups, plans and decisions, the cost ledger,
-API keys, the control state and the leader lease."""
+API keys, the control state and the leader lease, the cluster's frontends."""
 
 from mark.state.outbox import Outbox, StoreUnreachable
 from mark.state.records import (
@@ -7,6 +7,7 @@ from mark.state.records import (
     ArrivalWindow,
     ControlStateRecord,
     Decision,
+    FrontendRecord,
     InstanceEvent,
     InstanceRecord,
     LatencyRollup,
@@ -22,6 +23,7 @@ __all__ = [
     "ArrivalWindow",
     "ControlStateRecord",
     "Decision",
+    "FrontendRecord",
     "InstanceEvent",
     "InstanceRecord",
     "LatencyRollup",

@@ -7,7 +7,7 @@ and whether its state was kept.
 
 from __future__ import annotations
 
-from sqlalchemy import case, delete, or_, update
+from sqlalchemy import case, delete, or_, select, update
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import IntegrityError
 
@@ -84,6 +84,12 @@ class ControlStore(StoreBase):
         if row is None:  # released between the two statements: nobody holds it
             return LeaseRecord(key, "", now, now)
         return LeaseRecord(row.key, row.holder, row.acquired_at, row.expires_at)
+
+    async def leases(self) -> list[LeaseRecord]:
+        """Every cluster's lease as it stands (held or lapsed): who leads, for ``mark status``."""
+        async with self._session() as s:
+            rows = (await s.scalars(select(ControlLeaseRow).order_by(ControlLeaseRow.key))).all()
+        return [LeaseRecord(r.key, r.holder, r.acquired_at, r.expires_at) for r in rows]
 
     async def release_lease(self, key: str, holder: str) -> None:
         """Give the lease up at once (a clean stop), if ``holder`` holds it."""

@@ -167,3 +167,17 @@ class LeaseRecord:
     holder: str
     acquired_at: float
     expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendRecord:
+    """A frontend's beat: its id (``mark.identity.frontend_id``), its API's address, when
+    it started and last beat, when its last agent sync ended, and per model what it has
+    counted since it started (``mark.control.cluster_feed``)."""
+
+    id: str
+    url: str
+    started_at: float
+    last_seen: float
+    synced_at: float | None = None
+    feed: Mapping[str, Mapping[str, float]] = field(default_factory=dict)

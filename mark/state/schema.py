@@ -202,3 +202,18 @@ class ControlLeaseRow(Base):
     holder: Mapped[str] = mapped_column(String(200))
     acquired_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
+
+
+class FrontendRow(Base):
+    """One frontend (daemon process) of the cluster: when it last beat, when its last agent
+    sync ended, and its cumulative counts the leader's SLO monitor, spill evidence and miss
+    tally read (``mark.control.cluster_feed``)."""
+
+    __tablename__ = "frontends"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    url: Mapped[str] = mapped_column(String(255))
+    started_at: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float, index=True)
+    synced_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    feed: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -14,6 +14,7 @@ from mark.state import migrate
 from mark.state.api_key_store import ApiKeyStore
 from mark.state.control_store import ControlStore
 from mark.state.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, make_engine
+from mark.state.frontend_store import FrontendStore
 from mark.state.outbox import Outbox, StoreUnreachable, unreachable
 from mark.state.records import (
     Decision,
@@ -52,11 +53,12 @@ def _to_record(row: Base, cls: type[R], drop: Iterable[str] = ("id",)) -> R:
     return cls(**fields)
 
 
-class SqlStore(TelemetryStore, ApiKeyStore, ControlStore):
+class SqlStore(TelemetryStore, ApiKeyStore, ControlStore, FrontendStore):
     """Instances, telemetry roll-ups, plans and decisions, the cost ledger, API keys, the
-    control state and the leader lease. Here: instances, plans and decisions, profiles
-    and the ledger; the rest by role in ``telemetry_store``, ``api_key_store`` and
-    ``control_store``, on the engine and sessions of ``engine.StoreBase``.
+    control state and the leader lease, the frontends. Here: instances, plans and
+    decisions, profiles and the ledger; the rest by role in ``telemetry_store``,
+    ``api_key_store``, ``control_store`` and ``frontend_store``, on the engine and
+    sessions of ``engine.StoreBase``.
 
     With an ``outbox`` (the daemon's), the bookkeeping writes (instance states,
     arrivals, roll-ups, plans, decisions, charges, profiles) are buffered while the

@@ -120,7 +120,7 @@ def test_db_upgrade_migrates_a_postgres_database_by_url(pg_url: str) -> None:
     up = run("--set", f"database_url={pg_url}", "db", "upgrade")
     assert up.returncode == 0, up.stderr
     after = run("--set", f"database_url={pg_url}", "db", "current")
-    assert "database: 0006; code expects: 0006" in after.stdout
+    assert "database: 0007; code expects: 0007" in after.stdout
 
 
 def _free_port() -> int:
