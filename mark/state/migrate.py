@@ -12,7 +12,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
@@ -44,8 +44,15 @@ def _current(conn: Connection) -> str | None:
     return MigrationContext.configure(conn).get_current_revision()
 
 
+MIGRATION_LOCK = 0x6D61726B  # "mark"
+"""The PostgreSQL advisory lock an upgrade holds: frontends starting together on a new
+database migrate one after another, the later ones finding it done."""
+
+
 async def upgrade(engine: AsyncEngine, target: str = "head") -> None:
     async with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":  # held until this transaction ends
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
         await conn.run_sync(_upgrade, target)
 
 

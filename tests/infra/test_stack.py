@@ -1,9 +1,10 @@
 """infra/mark.yaml created on a real moto server, and the resources it made, read back.
 
-Three stacks cover both sides of the template's conditions: one that creates its own
-VPC and keeps SQLite on an EBS volume, one in an existing VPC with PostgreSQL from a
-secret, HTTPS and a model file, and one serving a model repository (an S3 prefix)
-instead of one model. The spill function's image is "pushed" to
+Four stacks cover both sides of the template's conditions: one that creates its own
+VPC and keeps SQLite on an EBS volume (one frontend), one in an existing VPC with
+PostgreSQL from a secret (two frontends), HTTPS and a model file, one serving a model
+repository (an S3 prefix) instead of one model, and one with its own RDS PostgreSQL
+instance (two frontends). The spill function's image is "pushed" to
 moto's ECR first (a manifest under the tag `mark deploy package` computes), and moto
 is told to check that the image exists, as Lambda does.
 """
@@ -18,6 +19,7 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -31,11 +33,12 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+from sqlalchemy.engine import make_url
 
 from lambda_handlers import spill
 from mark.cloud.aws.instances import TAG_CLUSTER
 from mark.cloud.aws.interruptions import EVENT_PATTERN
-from mark.config import ApiSpec, ModelSpec
+from mark.config import ApiSpec, ModelSpec, Settings
 from mark.deploy import image as img
 from mark.deploy import template as tpl
 
@@ -44,6 +47,8 @@ REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's
 #: What moto 5.2.5 leaves out of a stack without failing it (infra/README.md lists these).
 MOTO_SKIPS = {"InterruptionQueuePolicy", "AgentTokenSecret"}
+#: ... and with CreateDatabase=true: the database's secret (an AWS::SecretsManager::Secret too).
+MOTO_SKIPS_OWN_DATABASE = MOTO_SKIPS | {"DatabaseSecret"}
 
 
 @dataclass
@@ -86,6 +91,8 @@ def _conditions_hold(template: Mapping[str, Any], params: Mapping[str, str]) -> 
             return not ev(arg[0])
         if op == "Fn::And":
             return all(ev(a) for a in arg)
+        if op == "Fn::Or":
+            return any(ev(a) for a in arg)
         if op == "Fn::Join":
             return arg[0].join(ev(arg[1]).split(","))
         raise AssertionError(f"condition form {op} is not modelled here")
@@ -166,20 +173,23 @@ def image_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def own_vpc(moto_endpoint: str, image_uri: str) -> Iterator[Stack]:
-    """Own VPC, SQLite on EBS, HTTP only, the demo model."""
+    """Own VPC, SQLite on EBS (so one frontend: a rule refuses more), HTTP only, the
+    demo model."""
     params = {
         "ArtifactBucket": f"mark-art-{uuid.uuid4().hex[:8]}",
         "SpillImageUri": image_uri,
         "ClusterName": "prod",
         "LogRetentionDays": "14",
         "AllowedCidr": "203.0.113.0/24",
+        "FrontendCount": "1",
     }
     yield _create(moto_endpoint, params)
 
 
 @pytest.fixture(scope="module")
 def existing_vpc(moto_endpoint: str, image_uri: str) -> Iterator[Stack]:
-    """moto's default VPC, PostgreSQL URL in a secret, HTTPS, a model file."""
+    """moto's default VPC, PostgreSQL URL in a secret, the default FrontendCount (2),
+    HTTPS, a model file."""
     creds = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto_endpoint, **creds)
     vpc = next(v["VpcId"] for v in ec2.describe_vpcs()["Vpcs"] if v["IsDefault"])
@@ -211,8 +221,9 @@ def existing_vpc(moto_endpoint: str, image_uri: str) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def repository(moto_endpoint: str, image_uri: str) -> Iterator[Stack]:
-    """Own VPC, SQLite, a model repository under a prefix. ModelKey and ModelNeuronKey are
-    given too: the repository replaces them, so nothing may copy or read them."""
+    """Own VPC, SQLite (one frontend), a model repository under a prefix. ModelKey and
+    ModelNeuronKey are given too: the repository replaces them, so nothing may copy or
+    read them."""
     params = {
         "ArtifactBucket": f"mark-art-{uuid.uuid4().hex[:8]}",
         "SpillImageUri": image_uri,
@@ -220,6 +231,20 @@ def repository(moto_endpoint: str, image_uri: str) -> Iterator[Stack]:
         "ModelRepositoryPrefix": "prod/models/",
         "ModelKey": "models/resnet.pt",
         "ModelNeuronKey": "models/resnet.neuron.pt",
+        "FrontendCount": "1",
+    }
+    yield _create(moto_endpoint, params)
+
+
+@pytest.fixture(scope="module")
+def own_database(moto_endpoint: str, image_uri: str) -> Iterator[Stack]:
+    """Own VPC, two frontends on the stack's own RDS PostgreSQL (CreateDatabase)."""
+    params = {
+        "ArtifactBucket": f"mark-art-{uuid.uuid4().hex[:8]}",
+        "SpillImageUri": image_uri,
+        "AllowedCidr": "203.0.113.0/24",
+        "FrontendCount": "2",
+        "CreateDatabase": "true",
     }
     yield _create(moto_endpoint, params)
 
@@ -256,17 +281,20 @@ def _as_list(v: Any) -> list[Any]:
 # -- the stack as a whole -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("which", ["own_vpc", "existing_vpc", "repository"])
+@pytest.mark.parametrize("which", ["own_vpc", "existing_vpc", "repository", "own_database"])
 def test_stack_creates_every_resource_moto_supports(
     which: str, request: pytest.FixtureRequest, aws_env: str
 ) -> None:
     stack: Stack = request.getfixturevalue(which)
-    assert stack.expected - stack.created == MOTO_SKIPS
+    skips = MOTO_SKIPS_OWN_DATABASE if which == "own_database" else MOTO_SKIPS
+    assert stack.expected - stack.created == skips
     assert stack.unsupported == {"AWS::SQS::QueuePolicy", "AWS::SecretsManager::Secret"}
     assert stack.created <= stack.expected  # nothing whose condition is false
 
 
-def test_outputs_are_the_documented_ones(own_vpc: Stack, existing_vpc: Stack) -> None:
+def test_outputs_are_the_documented_ones(
+    own_vpc: Stack, existing_vpc: Stack, own_database: Stack
+) -> None:
     always = {
         "EndpointUrl",
         "InterruptionQueueUrl",
@@ -279,6 +307,8 @@ def test_outputs_are_the_documented_ones(own_vpc: Stack, existing_vpc: Stack) ->
     }
     assert set(own_vpc.outputs) == always | {"StateVolumeId"}
     assert set(existing_vpc.outputs) == always  # PostgreSQL: no state volume
+    assert set(own_database.outputs) == always | {"DatabaseEndpoint"}
+    assert own_database.outputs["DatabaseEndpoint"].endswith(":5432")
     assert own_vpc.outputs["EndpointUrl"].startswith("http://")
     assert existing_vpc.outputs["EndpointUrl"].startswith("https://")
 
@@ -338,17 +368,18 @@ def _no_tracing(script: str) -> None:
     """The bootstrap never traces its commands: the log would hold the secrets it reads."""
     assert "set -euo pipefail" in script
     assert not re.search(r"^\s*set -[a-z]*x", script, re.M), "set -x writes secrets to the log"
-    assert not re.search(r"echo .*\$(URL|AGENT_TOKEN)", script)
+    assert not re.search(r"echo .*\$(URL|AGENT_TOKEN|CREDS)", script)
 
 
 def test_controller_user_data_writes_an_aws_world_config_with_the_stack_ids(
-    own_vpc: Stack, existing_vpc: Stack
+    own_vpc: Stack, existing_vpc: Stack, own_database: Stack
 ) -> None:
     subnets = {
         own_vpc.name: [own_vpc.physical["SubnetA"], own_vpc.physical["SubnetB"]],
         existing_vpc.name: existing_vpc.params["SubnetIds"].split(","),
+        own_database.name: [own_database.physical["SubnetA"], own_database.physical["SubnetB"]],
     }
-    for stack in (own_vpc, existing_vpc):
+    for stack in (own_vpc, existing_vpc, own_database):
         script = _user_data(stack, stack.physical["ControllerLaunchTemplate"])
         config = yaml.safe_load(_heredoc(script, "/etc/mark/mark.yaml"))
         assert config["world"] == "aws"
@@ -375,9 +406,187 @@ def test_controller_user_data_writes_an_aws_world_config_with_the_stack_ids(
     sqlite = _user_data(own_vpc, own_vpc.physical["ControllerLaunchTemplate"])
     assert f"VOL='{own_vpc.outputs['StateVolumeId']}'" in sqlite
     assert "if [ -n '' ]; then" in sqlite  # no database secret
+    assert "CREDS" not in sqlite  # no database in the stack
     pg = _user_data(existing_vpc, existing_vpc.physical["ControllerLaunchTemplate"])
     assert "VOL=''" in pg and existing_vpc.params["DatabaseSecretArn"] in pg
+    assert "CREDS" not in pg  # its own URL, not the stack's database
     assert 'aws s3 cp "s3://' + existing_vpc.params["ArtifactBucket"] + '/models/resnet.pt"' in pg
+    rds = _user_data(own_database, own_database.physical["ControllerLaunchTemplate"])
+    assert "VOL=''" in rds and "if [ -n '' ]; then" in rds  # no volume, no URL secret
+    assert f"--secret-id '{own_database.name}-database'" in rds
+
+
+# -- the frontends: a group of FrontendCount, each signalling when it is ready ------------------
+
+
+def test_each_frontend_signals_the_group_once_ready_or_on_failure(
+    own_vpc: Stack, existing_vpc: Stack, own_database: Stack
+) -> None:
+    """The group's CreationPolicy and rolling update wait for these signals: SUCCESS only
+    after the frontend answers the ALB's health check, FAILURE on any error before."""
+    for stack in (own_vpc, existing_vpc, own_database):
+        script = _user_data(stack, stack.physical["ControllerLaunchTemplate"])
+        port = stack.params.get("ApiPort", "8080")
+        tail = script.rstrip().splitlines()[-3:]
+        assert tail == [
+            f"until curl -sf -o /dev/null http://127.0.0.1:{port}/v2/health/ready; "
+            "do sleep 5; done",
+            "trap - ERR",
+            "signal SUCCESS",
+        ]
+        assert f"--stack-name '{stack.name}'" in script
+        # The trap is set before the first step that can fail (the package install).
+        assert script.index("trap 'signal FAILURE' ERR") < script.index("dnf install")
+        assert script.index("IID=$(") < script.index("trap 'signal FAILURE' ERR")
+
+
+def test_the_failure_trap_signals_with_the_instance_id(own_database: Stack, tmp_path: Path) -> None:
+    """The bootstrap's signal function and trap, run by bash with `aws` recording its
+    arguments: a failing step sends FAILURE for this instance, and stops the script."""
+    script = _user_data(own_database, own_database.physical["ControllerLaunchTemplate"])
+    found = re.search(r"^signal\(\) \{\n.*?^\}\n^trap .*?$", script, re.M | re.S)
+    assert found, "no signal function and trap in the frontend bootstrap"
+    calls = tmp_path / "aws-calls"
+    steps = "\n".join(
+        [
+            "set -euo pipefail",
+            f'aws() {{ printf "%s\\n" "$*" >>{calls}; }}',
+            "IID=i-0123456789abcdef0",
+            found.group(0),
+            "false",  # a step that fails
+            "echo not reached",
+        ]
+    )
+    run = subprocess.run(["bash", "-c", steps], capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0 and "not reached" not in run.stdout
+    (call,) = calls.read_text().splitlines()
+    args = call.split()
+    assert args[:2] == ["cloudformation", "signal-resource"]
+    opts = dict(zip(args[2::2], args[3::2], strict=True))
+    assert opts == {
+        "--region": REGION,
+        "--stack-name": own_database.name,
+        "--logical-resource-id": "ControllerGroup",
+        "--unique-id": "i-0123456789abcdef0",
+        "--status": "FAILURE",
+    }
+
+
+def _group(stack: Stack) -> dict[str, Any]:
+    group: dict[str, Any]
+    (group,) = stack.client("autoscaling").describe_auto_scaling_groups(
+        AutoScalingGroupNames=[stack.outputs["ControllerGroupName"]]
+    )["AutoScalingGroups"]
+    return group
+
+
+@pytest.mark.parametrize("which", ["existing_vpc", "own_database"])
+def test_postgres_frontends_are_a_group_of_n_over_both_subnets(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    stack: Stack = request.getfixturevalue(which)
+    group = _group(stack)
+    assert (group["MinSize"], group["MaxSize"], group["DesiredCapacity"]) == (2, 2, 2)
+    assert len(group["Instances"]) == 2
+    subnets = (
+        stack.params["SubnetIds"].split(",")
+        if "SubnetIds" in stack.params
+        else [stack.physical["SubnetA"], stack.physical["SubnetB"]]
+    )
+    assert sorted(group["VPCZoneIdentifier"].split(",")) == sorted(subnets)
+    assert group["TargetGroupARNs"] == [stack.physical["ApiTargetGroup"]]
+    assert group["HealthCheckType"] == "ELB"
+
+
+# -- the stack's own database (CreateDatabase) --------------------------------------------------
+
+
+def test_own_database_is_encrypted_private_postgres_in_the_stacks_subnets(
+    own_database: Stack,
+) -> None:
+    (db,) = [
+        d
+        for d in own_database.client("rds").describe_db_instances()["DBInstances"]
+        if d["DBInstanceIdentifier"] == own_database.physical["Database"]
+    ]
+    assert (db["Engine"], db["DBInstanceClass"]) == ("postgres", "db.t4g.micro")
+    assert db["StorageEncrypted"] is True and db["PubliclyAccessible"] is False
+    assert (db["DBName"], db["MasterUsername"], db["AllocatedStorage"]) == ("mark", "mark", 20)
+    endpoint = db["Endpoint"]
+    assert endpoint["Port"] == 5432
+    assert own_database.outputs["DatabaseEndpoint"] == f"{endpoint['Address']}:5432"
+    subnets = {s["SubnetIdentifier"] for s in db["DBSubnetGroup"]["Subnets"]}
+    assert subnets == {own_database.physical["SubnetA"], own_database.physical["SubnetB"]}
+    # moto 5.2.5 reads VpcSecurityGroupIds, not CloudFormation's VPCSecurityGroups, so the
+    # instance's group is checked in the template (test_template_policy.py); its rule here:
+
+
+def test_own_database_admits_postgres_from_the_frontends_only(own_database: Stack) -> None:
+    ec2 = own_database.client("ec2")
+    (group,) = ec2.describe_security_groups(
+        GroupIds=[own_database.physical["DatabaseSecurityGroup"]]
+    )["SecurityGroups"]
+    (rule,) = group["IpPermissions"]
+    assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 5432, 5432)
+    assert [p["GroupId"] for p in rule["UserIdGroupPairs"]] == [
+        own_database.outputs["ControllerSecurityGroupId"]
+    ]
+    assert not rule["IpRanges"] and not rule["Ipv6Ranges"] and not rule["PrefixListIds"]
+
+
+def test_own_database_frontends_read_its_secret_and_attach_no_volume(
+    own_database: Stack, own_vpc: Stack, existing_vpc: Stack
+) -> None:
+    statements = {s["Sid"]: s for s in _statements(own_database, "ControllerRole")}
+    read = statements["ReadDatabaseCredentials"]
+    assert read["Action"] == "secretsmanager:GetSecretValue"
+    # moto skips the secret (MOTO_SKIPS_OWN_DATABASE), so its Ref, the Resource, is empty
+    # here; the template's statement names it (test_template_policy.py).
+    assert "AttachTheStateVolume" not in statements and "ReadDatabaseUrl" not in statements
+    assert "StateVolumeId" not in own_database.outputs
+    for stack in (own_vpc, existing_vpc):  # no database in the stack: no grant
+        assert "ReadDatabaseCredentials" not in str(_statements(stack, "ControllerRole"))
+    for role in ("WorkerRole", "SpillFunctionRole"):
+        assert "Database" not in str(_statements(own_database, role))
+
+
+def test_own_database_url_is_made_from_its_secret_and_endpoint(
+    own_database: Stack, tmp_path: Path
+) -> None:
+    """The bootstrap's lines that read the database's secret and write the URL, run by
+    bash with `aws` answering the secret: the URL mark reads back has the password intact
+    (quoted for a URL), the instance's endpoint, database mark, and TLS required."""
+    script = _user_data(own_database, own_database.physical["ControllerLaunchTemplate"])
+    found = re.search(r"^until CREDS=.*?>>/etc/mark/env$", script, re.M | re.S)
+    assert found, "no database-secret lines in the frontend bootstrap"
+    env_file = tmp_path / "env"
+    password = 'p@ss:w/rd%#?&"x y'  # worse than the generated one (letters and digits)
+    secret = json.dumps({"username": "mark", "password": password})
+    steps = "\n".join(
+        [
+            "set -euo pipefail",
+            'aws() { printf "%s\\n" "$FAKE_SECRET"; }',  # the CLI's text output
+            found.group(0).replace("python3.11", shlex.quote(sys.executable)),
+        ]
+    ).replace("/etc/mark/env", str(env_file))
+    run = subprocess.run(
+        ["bash", "-c", steps],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "FAKE_SECRET": secret},
+    )
+    assert run.returncode == 0, run.stderr
+    (line,) = env_file.read_text().splitlines()
+    key, _, url = line.partition("=")
+    assert key == "MARK_DATABASE_URL"
+    db_url = make_url(Settings(database_url=url).db_url)
+    address, port = own_database.outputs["DatabaseEndpoint"].rsplit(":", 1)
+    assert db_url.drivername == "postgresql+asyncpg"
+    assert (db_url.username, db_url.password) == ("mark", password)
+    assert (db_url.host, db_url.port, db_url.database) == (address, int(port), "mark")
+    assert dict(db_url.query) == {"ssl": "require"}
+    _no_tracing(script)
 
 
 # -- a model repository (ModelRepositoryPrefix) ----------------------------------------------
@@ -575,11 +784,8 @@ def test_agents_accept_traffic_only_from_the_controller_group(own_vpc: Stack) ->
     assert not api.get("IpRanges")
 
 
-def test_controller_group_of_one_behind_the_load_balancer(own_vpc: Stack) -> None:
-    asg = own_vpc.client("autoscaling")
-    (group,) = asg.describe_auto_scaling_groups(
-        AutoScalingGroupNames=[own_vpc.outputs["ControllerGroupName"]]
-    )["AutoScalingGroups"]
+def test_a_sqlite_frontend_is_a_group_of_one_behind_the_load_balancer(own_vpc: Stack) -> None:
+    group = _group(own_vpc)
     assert (group["MinSize"], group["MaxSize"], group["DesiredCapacity"]) == (1, 1, 1)
     assert (
         group["LaunchTemplate"]["LaunchTemplateId"] == own_vpc.physical["ControllerLaunchTemplate"]
@@ -653,8 +859,10 @@ def test_rules_send_both_ec2_notices_to_the_queue(own_vpc: Stack) -> None:
 # -- IAM ------------------------------------------------------------------------------------
 
 
-def test_no_role_may_do_everything(own_vpc: Stack, existing_vpc: Stack) -> None:
-    for stack in (own_vpc, existing_vpc):
+def test_no_role_may_do_everything(
+    own_vpc: Stack, existing_vpc: Stack, own_database: Stack
+) -> None:
+    for stack in (own_vpc, existing_vpc, own_database):
         for role in ("ControllerRole", "WorkerRole", "SpillFunctionRole"):
             for st in _statements(stack, role):
                 actions = _as_list(st["Action"])
@@ -686,6 +894,11 @@ def test_controller_may_only_launch_and_end_instances_of_its_cluster(own_vpc: St
     worker_role = own_vpc.client("iam").get_role(RoleName=own_vpc.physical["WorkerRole"])
     assert statements["PassWorkerRole"]["Resource"] == worker_role["Role"]["Arn"]
     assert "AttachTheStateVolume" in statements and "ReadDatabaseUrl" not in statements
+    # The readiness signal (CreationPolicy, rolling update): to this stack alone.
+    cf = own_vpc.client("cloudformation")
+    stack_id = cf.describe_stacks(StackName=own_vpc.name)["Stacks"][0]["StackId"]
+    signal = statements["SignalReady"]
+    assert (signal["Action"], signal["Resource"]) == ("cloudformation:SignalResource", stack_id)
     for role in ("ControllerRole", "WorkerRole"):  # both ends of the agent token, nothing else
         reads = [s for s in _statements(own_vpc, role) if "secretsmanager" in str(s["Action"])]
         assert [(s["Sid"], s["Action"]) for s in reads] == [

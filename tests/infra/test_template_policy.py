@@ -9,6 +9,7 @@ the reason here; the template carries the same reason as a comment on the statem
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -230,6 +231,257 @@ def test_allowed_cidr_is_required_and_a_cidr(good: str, bad: str) -> None:
     assert "Default" not in spec  # required: no open default
     assert re.fullmatch(spec["AllowedPattern"], good)
     assert not re.fullmatch(spec["AllowedPattern"], bad)
+
+
+# -- the frontends: N behind the ALB, PostgreSQL when N > 1 --------------------------------------
+
+
+def _params(given: Mapping[str, str]) -> dict[str, Any]:
+    """Every parameter's value as CloudFormation sees it: the given one, else its default
+    (a CommaDelimitedList as a list)."""
+    out: dict[str, Any] = {}
+    for name, p in tpl.parameters(_template()).items():
+        value = given.get(name, p.default)
+        out[name] = value.split(",") if p.type == "CommaDelimitedList" and value else value
+    return out
+
+
+def _eval(expr: Any, params: Mapping[str, Any], conds: Mapping[str, bool]) -> Any:
+    """A condition or rule expression, in the forms the template uses."""
+    if not isinstance(expr, Mapping):
+        return expr
+    ((op, arg),) = expr.items()
+    if op == "Ref":
+        return params[arg]
+    if op == "Condition":
+        return conds[arg]
+    if op == "Fn::Equals":
+        left, right = (_eval(a, params, conds) for a in arg)
+        return str(left) == str(right)
+    if op == "Fn::Not":
+        return not _eval(arg[0], params, conds)
+    if op == "Fn::And":
+        return all(_eval(a, params, conds) for a in arg)
+    if op == "Fn::Or":
+        return any(_eval(a, params, conds) for a in arg)
+    if op == "Fn::EachMemberEquals":
+        members, value = (_eval(a, params, conds) for a in arg)
+        return all(m == value for m in (members or [""]))
+    raise AssertionError(f"expression form {op} is not modelled here")
+
+
+def _conditions(params: Mapping[str, Any]) -> dict[str, bool]:
+    conds: dict[str, bool] = {}
+    for name, expr in _template()["Conditions"].items():
+        conds[name] = bool(_eval(expr, params, conds))
+    return conds
+
+
+def _resolve(value: Any, params: Mapping[str, Any], conds: Mapping[str, bool]) -> Any:
+    """``Ref`` to a parameter and ``Fn::If`` resolved; anything else left as written."""
+    if isinstance(value, list):
+        return [_resolve(v, params, conds) for v in value]
+    if not isinstance(value, Mapping):
+        return value
+    if set(value) == {"Fn::If"}:
+        name, yes, no = value["Fn::If"]
+        return _resolve(yes if conds[name] else no, params, conds)
+    if set(value) == {"Ref"} and value["Ref"] in params:
+        return params[value["Ref"]]
+    return {k: _resolve(v, params, conds) for k, v in value.items()}
+
+
+def failed_rules(given: Mapping[str, str]) -> dict[str, str]:
+    """The template's Rules CloudFormation would fail for these parameters: name -> what
+    its AssertDescription tells the user."""
+    params = _params(given)
+    failed: dict[str, str] = {}
+    for name, rule in _template()["Rules"].items():
+        if "RuleCondition" in rule and not _eval(rule["RuleCondition"], params, {}):
+            continue
+        for assertion in rule["Assertions"]:
+            if not _eval(assertion["Assert"], params, {}):
+                failed[name] = " ".join(assertion["AssertDescription"].split())
+    return failed
+
+
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mark-db-AbCdEf"
+OWN_VPC = {"VpcId": "vpc-0123456789abcdef0", "SubnetIds": "subnet-0123abcd,subnet-4567ef01"}
+
+
+def test_frontend_count_is_a_bounded_number_defaulting_to_two() -> None:
+    spec = _template()["Parameters"]["FrontendCount"]
+    assert (spec["Type"], spec["Default"], spec["MinValue"]) == ("Number", 2, 1)
+    assert spec["MaxValue"] >= 2
+
+
+@pytest.mark.parametrize(
+    ("given", "failed"),
+    [
+        ({}, {"DatabaseForSeveralFrontends"}),  # the default 2 frontends ask for a database
+        ({"FrontendCount": "2"}, {"DatabaseForSeveralFrontends"}),
+        ({"FrontendCount": "10"}, {"DatabaseForSeveralFrontends"}),
+        ({"FrontendCount": "2", "CreateDatabase": "true"}, set()),
+        ({"FrontendCount": "2", "DatabaseSecretArn": SECRET}, set()),
+        ({"FrontendCount": "1"}, set()),  # one frontend may keep SQLite
+        ({"FrontendCount": "1", "CreateDatabase": "true"}, set()),
+        ({"CreateDatabase": "true", "DatabaseSecretArn": SECRET}, {"OneDatabase"}),
+        # SQLite in one's own VPC needs the volume's AZ; a database does not.
+        ({"FrontendCount": "1"} | OWN_VPC, {"AzForSqliteInOwnVpc"}),
+        ({"FrontendCount": "1", "AvailabilityZone": "us-east-1a"} | OWN_VPC, set()),
+        ({"CreateDatabase": "true"} | OWN_VPC, set()),
+        ({"VpcId": "vpc-0123456789abcdef0", "CreateDatabase": "true"}, {"SubnetsWithVpc"}),
+    ],
+)
+def test_rules_refuse_several_frontends_without_postgresql(
+    given: dict[str, str], failed: set[str]
+) -> None:
+    found = failed_rules(given)
+    assert set(found) == failed
+    if "DatabaseForSeveralFrontends" in found:  # the message says what to set
+        message = found["DatabaseForSeveralFrontends"]
+        for what in ("CreateDatabase=true", "DatabaseSecretArn", "FrontendCount=1"):
+            assert what in message, message
+
+
+def _group(given: Mapping[str, str]) -> dict[str, Any]:
+    params = _params(given)
+    conds = _conditions(params)
+    group: dict[str, Any] = _resolve(_template()["Resources"]["ControllerGroup"], params, conds)
+    return group
+
+
+@pytest.mark.parametrize("database", [{"CreateDatabase": "true"}, {"DatabaseSecretArn": SECRET}])
+@pytest.mark.parametrize("count", [2, 3, 10])
+def test_several_frontends_roll_one_at_a_time_with_the_others_serving(
+    count: int, database: dict[str, str]
+) -> None:
+    given = {"FrontendCount": str(count)} | database
+    assert not failed_rules(given)
+    group = _group(given)
+    props = group["Properties"]
+    assert {props[k] for k in ("MinSize", "MaxSize", "DesiredCapacity")} == {str(count)}
+    rolling = group["UpdatePolicy"]["AutoScalingRollingUpdate"]
+    assert (rolling["MinInstancesInService"], rolling["MaxBatchSize"]) == (1, 1)
+    assert rolling["MinInstancesInService"] < count  # CloudFormation: below MaxSize
+    # "In service" only once a frontend answers ready: the update waits for its signal.
+    assert rolling["WaitOnResourceSignals"] is True
+    assert group["CreationPolicy"]["ResourceSignal"]["Count"] == str(count)
+    # PostgreSQL: the frontends spread over both subnets (AZs), in the ALB's target group.
+    assert props["VPCZoneIdentifier"] == [{"Ref": "SubnetA"}, {"Ref": "SubnetB"}]
+    assert props["TargetGroupARNs"] == [{"Ref": "ApiTargetGroup"}]
+    assert props["HealthCheckType"] == "ELB"
+
+
+def test_one_frontend_on_sqlite_keeps_the_volume_hand_over() -> None:
+    given = {"FrontendCount": "1"}
+    assert not failed_rules(given)
+    group = _group(given)
+    props = group["Properties"]
+    assert {props[k] for k in ("MinSize", "MaxSize", "DesiredCapacity")} == {"1"}
+    rolling = group["UpdatePolicy"]["AutoScalingRollingUpdate"]
+    # The old frontend goes first, letting go of the volume the new one attaches.
+    assert (rolling["MinInstancesInService"], rolling["MaxBatchSize"]) == (0, 1)
+    assert props["VPCZoneIdentifier"] == [{"Ref": "SubnetA"}]  # the volume's AZ only
+    assert _conditions(_params(given))["UseSqlite"]
+    # In one's own VPC: the first of its subnets, the one AvailabilityZone names.
+    own = _group(given | OWN_VPC | {"AvailabilityZone": "us-east-1a"})["Properties"]
+    assert own["VPCZoneIdentifier"] == [{"Fn::Select": [0, ["subnet-0123abcd", "subnet-4567ef01"]]}]
+
+
+DATABASE_RESOURCES = {
+    "DatabaseSecret": "AWS::SecretsManager::Secret",
+    "DatabaseSubnetGroup": "AWS::RDS::DBSubnetGroup",
+    "Database": "AWS::RDS::DBInstance",
+    "DatabaseSecurityGroup": "AWS::EC2::SecurityGroup",
+    "DatabaseFromFrontends": "AWS::EC2::SecurityGroupIngress",
+}
+
+
+def test_the_rds_instance_exists_only_with_create_database() -> None:
+    resources = _template()["Resources"]
+    for name, kind in DATABASE_RESOURCES.items():
+        assert (resources[name]["Type"], resources[name].get("Condition")) == (kind, "CreateDb")
+    on = _conditions(_params({"CreateDatabase": "true"}))
+    off = _conditions(_params({"CreateDatabase": "false", "FrontendCount": "1"}))
+    url = _conditions(_params({"DatabaseSecretArn": SECRET}))
+    assert on["CreateDb"] and not on["UseSqlite"] and not on["UseDatabaseUrl"]
+    assert not off["CreateDb"] and off["UseSqlite"]
+    assert not url["CreateDb"] and not url["UseSqlite"] and url["UseDatabaseUrl"]
+    # Nothing else is made only for the database (a resource added later gets a test).
+    made = {k for k, r in resources.items() if r.get("Condition") == "CreateDb"}
+    assert made == set(DATABASE_RESOURCES)
+
+
+def test_the_rds_instance_is_encrypted_private_postgres_kept_as_a_snapshot() -> None:
+    resources = _template()["Resources"]
+    db = resources["Database"]
+    assert (db["DeletionPolicy"], db["UpdateReplacePolicy"]) == ("Snapshot", "Snapshot")
+    props = db["Properties"]
+    assert props["Engine"] == "postgres"
+    assert props["StorageEncrypted"] is True
+    assert props["PubliclyAccessible"] is False
+    assert props["DBInstanceClass"] == {"Ref": "DatabaseInstanceClass"}
+    assert _template()["Parameters"]["DatabaseInstanceClass"]["Default"] == "db.t4g.micro"
+    assert str(props["Port"]) == "5432"
+    assert props["DBSubnetGroupName"] == {"Ref": "DatabaseSubnetGroup"}
+    assert props["VPCSecurityGroups"] == [{"Ref": "DatabaseSecurityGroup"}]  # that one only
+    subnets = resources["DatabaseSubnetGroup"]["Properties"]["SubnetIds"]
+    assert subnets == {
+        "Fn::If": ["CreateVpc", [{"Ref": "SubnetA"}, {"Ref": "SubnetB"}], {"Ref": "SubnetIds"}]
+    }
+    # The password: generated into the secret, resolved by CloudFormation, never a value here.
+    assert props["MasterUserPassword"] == {
+        "Fn::Sub": "{{resolve:secretsmanager:${DatabaseSecret}:SecretString:password}}"
+    }
+    generate = resources["DatabaseSecret"]["Properties"]["GenerateSecretString"]
+    assert json.loads(generate["SecretStringTemplate"]) == {"username": props["MasterUsername"]}
+    assert generate["GenerateStringKey"] == "password"
+    assert generate["PasswordLength"] >= 32 and generate["ExcludePunctuation"] is True
+
+
+def test_the_database_admits_postgres_from_the_frontends_group_only() -> None:
+    resources = _template()["Resources"]
+    group = resources["DatabaseSecurityGroup"]["Properties"]
+    assert "SecurityGroupIngress" not in group  # every rule is a resource, found below
+    rules = {
+        name: r["Properties"]
+        for name, r in resources.items()
+        if r["Type"] == "AWS::EC2::SecurityGroupIngress"
+        and r["Properties"]["GroupId"] == {"Ref": "DatabaseSecurityGroup"}
+    }
+    assert list(rules) == ["DatabaseFromFrontends"]
+    (rule,) = rules.values()
+    assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 5432, 5432)
+    assert rule["SourceSecurityGroupId"] == {"Ref": "ControllerSecurityGroup"}
+    assert not {"CidrIp", "CidrIpv6", "SourcePrefixListId"} & set(rule)
+    # ... and the frontends' group is what the ASG's instances wear.
+    lt = resources["ControllerLaunchTemplate"]["Properties"]["LaunchTemplateData"]
+    assert lt["SecurityGroupIds"] == [{"Ref": "ControllerSecurityGroup"}]
+
+
+def test_only_the_frontends_may_read_the_database_secret() -> None:
+    readers = [
+        (logical, st)
+        for logical, st in statements(_template())
+        if {"Ref": "DatabaseSecret"} in _listed(st.get("Resource", []))
+    ]
+    assert [(logical, st["Sid"], st["Action"]) for logical, st in readers] == [
+        ("ControllerRole", "ReadDatabaseCredentials", "secretsmanager:GetSecretValue")
+    ]
+    policy = _template()["Resources"]["ControllerRole"]["Properties"]["Policies"][0]
+    conditional = [
+        s["Fn::If"][0]
+        for s in policy["PolicyDocument"]["Statement"]
+        if isinstance(s, Mapping) and "Fn::If" in s and "ReadDatabaseCredentials" in str(s)
+    ]
+    assert conditional == ["CreateDb"]  # no grant at all without the stack's database
+
+
+def test_frontends_may_signal_this_stack_only() -> None:
+    (signal,) = [st for _, st in statements(_template()) if st.get("Sid") == "SignalReady"]
+    assert signal["Action"] == "cloudformation:SignalResource"
+    assert signal["Resource"] == {"Ref": "AWS::StackId"}
 
 
 # -- cfn-lint ------------------------------------------------------------------------------------

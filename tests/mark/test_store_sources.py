@@ -251,3 +251,17 @@ async def test_migration_0006_keeps_the_rows_before_it_and_goes_back_down(db_url
                 )
     finally:
         await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_frontends_starting_together_on_a_new_database_all_open_it(pg_url: str) -> None:
+    """N frontends of a new stack migrate the same empty database at once: one does,
+    the others wait for its lock and find it done; none fails."""
+    stores = await asyncio.gather(*(open_store(pg_url, upgrade=True) for _ in range(3)))
+    try:
+        for store in stores:
+            await store.add_arrivals([ArrivalWindow("m", 0.0, 5.0, 1, "fe")])
+        assert [w.count for w in await stores[0].arrivals("m", 0.0, 1.0)] == [1]
+    finally:
+        for store in stores:
+            await store.close()
