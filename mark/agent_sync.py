@@ -1,5 +1,6 @@
 """The agent sync: each model's dispatcher backends from the agents that serve it, with
-N_batch and W_batch tuned from each agent's own profile for its pool, and what the agents
+N_batch and W_batch tuned from each agent's own profile for its pool, the instances the
+store marks retiring withheld from them (``mark.control.retiring``), and what the agents
 report (ready, failing, their measured profiles) recorded in the store."""
 
 from __future__ import annotations
@@ -8,16 +9,18 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from bouncer.latency import BatchLatency
 from mark.clock import WallClock
 from mark.control.profiles import rate_options
+from mark.control.retiring import MARK_READ, marks
 from mark.errors import StoreError
+from mark.ports import Store
 from mark.running import Running, every
-from mark.serve.dispatcher import Backend
+from mark.serve.dispatcher import Backend, Dispatcher
 from mark.state import ProfileRecord
 from mark.world import Agents
 from provisioner.control_state import MEASURING_ROLES
@@ -26,7 +29,10 @@ from provisioner.pool_batching import batching_for, pool_batching
 log = logging.getLogger("mark.daemon")
 
 AGENT_STATES_FROM = ("pending", "running", "ready", "draining")
-"""What an agent's report may change: never a stopping, stopped or terminated instance."""
+"""What an agent's report may change: never a retiring (the leader's mark), stopping,
+stopped or terminated instance."""
+SYNC_S = 1.0
+"""How often the agent sync runs: how soon a frontend reads a retiring mark."""
 
 
 def backend_for(
@@ -92,6 +98,11 @@ async def sync_backends(run: Running) -> None:
                 for iid, a in mine
             ]
         )
+    # Then what the leader is about to end: read here, never on the request path.
+    dispatchers = [s.dispatcher for s in run.models.values() if s.dispatcher is not None]
+    read = await read_marks(run.store, dispatchers, WallClock().now)
+    if read is not None:
+        run.synced_at = read
     now = WallClock().now()
     ready, failing = run.health.observe(now, agents.instance_ids, agents.agents)
     for iid, state, why in [
@@ -105,9 +116,27 @@ async def sync_backends(run: Running) -> None:
             await run.store.set_instance_state(
                 iid, state, now, reason=why, only_from=AGENT_STATES_FROM
             )
-    run.synced_at = now
     if run.world.agents_measure:
         await _store_measured_profiles(run, agents)
+
+
+async def read_marks(
+    store: Store, dispatchers: Iterable[Dispatcher], clock: Callable[[], float]
+) -> float | None:
+    """One read of the store's retiring marks, applied: the marked instances get no new
+    batch, those the store lists serving again are released. Returns when the read began
+    (every mark made before then is applied: the ``synced_at`` the leader waits on), or None
+    if the store did not answer (the marks last read stay)."""
+    began = clock()
+    try:
+        marked, serving = marks(await store.instances(states=MARK_READ))
+    except (StoreError, SQLAlchemyError, OSError) as exc:
+        log.debug("retiring marks not read: %s", exc)
+        return None
+    for d in dispatchers:
+        d.withhold(marked)
+        d.release(serving)
+    return began
 
 
 async def _store_measured_profiles(run: Running, agents: Agents) -> None:
@@ -163,4 +192,4 @@ async def sync_after(run: Running, first: asyncio.Task[None]) -> None:
         await first
     except Exception:
         log.exception("the first agent sync failed; the next one retries")
-    await every(1.0, "agent sync", lambda: sync_backends(run))
+    await every(SYNC_S, "agent sync", lambda: sync_backends(run))

@@ -9,12 +9,14 @@ import asyncio
 import contextlib
 import logging
 
+from mark.agent_sync import SYNC_S
 from mark.catalog import Catalog
 from mark.clock import WallClock
 from mark.cluster import tallies, with_others
 from mark.config import Settings
 from mark.control import Controller, online_predictor
 from mark.control.profiles import rate_options
+from mark.control.retiring import StoreRetiring
 from mark.ports import Fleet
 from mark.reload import reload_models, turned_back
 from mark.running import Running, every, store_metrics
@@ -132,9 +134,11 @@ async def start_control(run: Running, clock: WallClock) -> bool:
     controller.rollouts.on_version = lambda back: turned_back(
         run.models, run.refused, run.world, back
     )
-    # A retired instance first gets no new batch and finishes the ones it has.
+    # A retired instance first gets no new batch and finishes the ones it has, here and,
+    # marked retiring in the store, on every other frontend.
     controller.draining = Dispatchers(
-        [s.dispatcher for s in run.models.values() if s.dispatcher is not None]
+        [s.dispatcher for s in run.models.values() if s.dispatcher is not None],
+        StoreRetiring(store, clock, SYNC_S),
     )
     # A restarted daemon plans with the fleet it left behind, never buying it twice.
     adopted = await controller.adopt(clock.now())

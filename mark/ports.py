@@ -139,16 +139,18 @@ class Fleet(Protocol):
 
 
 class Draining(Protocol):
-    """Where requests go, told before an instance is terminated (the daemon's dispatchers):
-    the request path stops sending to it and lets its batches in flight finish, so a
-    retirement costs no request a failed batch and a spill."""
+    """Where requests go, told before an instance is terminated (the daemon's dispatchers,
+    and through the store every other frontend's): the request path stops sending to it
+    and lets its batches in flight finish, so a retirement costs no request a failed batch
+    and a spill."""
 
     async def retire(self, instance_ids: Sequence[str]) -> None:
         """No new batch to these instances; return once their batches in flight ended
-        (bounded: a batch has its verdict within one grace or is spilled)."""
+        and the other frontends have read the mark (bounded: a batch has its verdict within
+        one grace or is spilled; a frontend reads within a sync or is not waited for)."""
         ...
 
-    def keep(self, instance_ids: Sequence[str]) -> None:
+    async def keep(self, instance_ids: Sequence[str]) -> None:
         """Serve on them again: the cloud refused to terminate them."""
         ...
 

@@ -203,11 +203,14 @@ async def _remove(run: Daemon, controller: Controller | None, name: str) -> None
 
 
 def _drain_all(run: Daemon, controller: Controller | None) -> None:
-    """Every served model's dispatcher is told before an instance is terminated."""
+    """Every served model's dispatcher is told before an instance is terminated (and the
+    other frontends, as before)."""
     if controller is None:
         return
+    was = controller.draining
     controller.draining = Dispatchers(
-        [s.dispatcher for s in run.models.values() if s.dispatcher is not None]
+        [s.dispatcher for s in run.models.values() if s.dispatcher is not None],
+        was.others if isinstance(was, Dispatchers) else None,
     )
 
 

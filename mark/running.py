@@ -60,7 +60,8 @@ class Running:
     """How many times the model repository was read again (done, or failed)."""
     started_at: float = field(default_factory=lambda: WallClock().now())
     synced_at: float | None = None
-    """When the last agent sync ended: the retiring marks it read are seen by then."""
+    """When the last agent sync that read the store's retiring marks began reading them:
+    every mark made before then is applied (``mark.agent_sync.read_marks``)."""
     cluster: list[FrontendRecord] = field(default_factory=list)
     """The live frontends, this one included, as of the last beat."""
     feed: ClusterFeed = field(default_factory=lambda: ClusterFeed(frontend_id()))

@@ -88,7 +88,7 @@ def status(
             live = (
                 None
                 if all_states
-                else ["pending", "running", "ready", "draining", "stopping", "stopped"]
+                else ["pending", "running", "ready", "draining", "retiring", "stopping", "stopped"]
             )
             fleet = await store.instances(states=live)
             measured = {

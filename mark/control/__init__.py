@@ -6,7 +6,8 @@ load and forecasts it; ``snapshot`` turns ports into the values a step reads;
 the fleet; ``recorder`` writes states, decisions, plans and the ledger;
 ``setup`` builds the options and predictors every world uses; ``profiles`` rates
 each offering from its best profile; ``health`` tracks what the agents report;
-``durable`` saves the control state a restart needs and holds the leader lease.
+``durable`` saves the control state a restart needs and holds the leader lease;
+``retiring`` tells the other frontends, through the store, what is about to end.
 """
 
 from mark.control.controller import Controller

@@ -84,8 +84,9 @@ class Reconciler:
     step_s: float
     unavailable_ttl_s: float = 180.0
     draining: Draining | None = None
-    """Told before each termination (the daemon's dispatchers); None in the simulator,
-    whose requests finish on the instance they were sent to."""
+    """Told before each termination (the daemon's dispatchers, and through the store the
+    other frontends': ``mark.control.retiring``); None in the simulator, whose requests
+    finish on the instance they were sent to."""
     versions: dict[str, str] = field(default_factory=dict)
     """Each model's version its launches serve (tagged ``mark:version``): the one being
     rolled to while a new version rolls."""
@@ -158,7 +159,7 @@ class Reconciler:
         serve (a warm-pool instance was drained when it was stopped)."""
         await self.fleet.start(list(ids))
         if self.draining is not None:
-            self.draining.keep(ids)
+            await self.draining.keep(ids)
 
     async def stop(self, ids: Sequence[str], *, drain: bool = False) -> str | None:
         """Stop instances; with ``drain`` (serving ones), drained first as for a
@@ -180,6 +181,6 @@ class Reconciler:
             await act(list(ids))
         except CloudError as exc:
             if self.draining is not None:
-                self.draining.keep(ids)
+                await self.draining.keep(ids)
             return str(exc)
         return None

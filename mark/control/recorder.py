@@ -58,7 +58,8 @@ STOPPED_STATES = frozenset({InstanceState.STOPPING, InstanceState.STOPPED})
 """States whose last run has ended (EC2 bills a stopping instance's compute no more)."""
 UNBILLED = frozenset({*STOPPED_STATES, InstanceState.TERMINATED})
 """States of a record whose run is over or billed; every other one (``draining``, which
-the daemon records for an agent failing its probe, included) is a run still billed."""
+the daemon records for an agent failing its probe, and ``retiring``, the leader's mark
+before it ends one, included) is a run still billed."""
 
 
 def _on(n: Note) -> str:

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Sequence
 
 from mark.control.recorder import Recorder
+from mark.control.retiring import RETIRING
 from mark.ports import InstanceInfo, InstanceState, Store
 from mark.state.records import InstanceRecord
 
@@ -29,7 +30,8 @@ plays it), and an instance the list has not caught up with yet must not be ended
 
 LIVE_RECORDS = (
     *(s.value for s in InstanceState if s is not InstanceState.TERMINATED),
-    "draining",  # the daemon's record of an agent failing its probe (``mark.daemon``)
+    "draining",  # the daemon's record of an agent failing its probe (``mark.agent_sync``)
+    RETIRING,  # marked by a leader about to end it (``mark.control.retiring``)
 )
 
 

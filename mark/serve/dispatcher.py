@@ -26,7 +26,10 @@ request waits on an instance that cannot answer. With grace = max(RT_max,
   spills at once;
 - an instance the controller is about to terminate is ``retire``d first: it
   gets no new batch, and the controller waits (at most two graces) for the
-  batches already on it to end, so a retirement costs no request a spill;
+  batches already on it to end, so a retirement costs no request a spill; on
+  another frontend than the leader's, the agent sync ``withhold``s it the same way
+  once the store marks it retiring (``mark.control.retiring``), and ``release``s it
+  if the store lists it serving again;
 - a batch is hung when it has no verdict ``grace`` after it was sent, or no
   result ``grace`` after the verdict's ``finish`` (taken no earlier than the
   verdict's arrival and no later than the batch's last admitted deadline, so a
@@ -56,9 +59,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import numpy as np
@@ -135,6 +138,10 @@ class Dispatcher(InFlight, Spilling):
         # a sync drops the instance (its agent missed a probe) and lists it again before
         # the terminate, and forgotten only ``RETIRING_KEPT_S`` after it left the backends.
         self._retiring: dict[str, float] = {}
+        # Instances the store marks retiring (the leader's, read by the agent sync): id →
+        # when last read marked, forgotten as ``_retiring`` is. Apart from it, so a read
+        # never undoes this frontend's own ``retire``.
+        self._withheld: dict[str, float] = {}
         self._queue: asyncio.Queue[Queued] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -203,6 +210,9 @@ class Dispatcher(InFlight, Spilling):
         self._retiring = {
             i: t for i, t in self._retiring.items() if i in fresh or now - t < RETIRING_KEPT_S
         }
+        self._withheld = {
+            i: t for i, t in self._withheld.items() if i in fresh or now - t < RETIRING_KEPT_S
+        }
         for iid in [i for i in self._flights if i not in fresh]:
             for flight in list(self._flights.get(iid, ())):
                 self._end_flight(flight, "its instance left the backends", cause="drain")
@@ -221,12 +231,26 @@ class Dispatcher(InFlight, Spilling):
     @property
     def retiring(self) -> frozenset[str]:
         """The instances sent nothing new: no part of their type's pool."""
-        return frozenset(self._retiring)
+        return frozenset(self._retiring) | frozenset(self._withheld)
 
     def keep(self, instance_ids: Sequence[str]) -> None:
         """Serve on these instances again: their termination was refused."""
         for i in instance_ids:
             self._retiring.pop(i, None)
+
+    def withhold(self, instance_ids: Collection[str]) -> None:
+        """Send these instances no new batch: the store marks them retiring (the leader,
+        perhaps in another frontend, is about to end them). The batches already on them
+        finish; nothing waits for them here (the agent sync calls it)."""
+        now = self.clock()
+        self._withheld.update((i, now) for i in instance_ids)
+
+    def release(self, instance_ids: Collection[str]) -> None:
+        """Send to these again if ``withhold`` held them: the store lists them serving (a
+        termination refused, a stopped instance started). This frontend's own ``retire``
+        stays until its ``keep``."""
+        for i in instance_ids:
+            self._withheld.pop(i, None)
 
     @property
     def can_serve(self) -> bool:
@@ -286,7 +310,11 @@ class Dispatcher(InFlight, Spilling):
 
     def _usable(self, b: Backend, now: float) -> bool:
         """Not penalised now, and not about to be terminated."""
-        return b.penalised_until <= now and b.instance_id not in self._retiring
+        return (
+            b.penalised_until <= now
+            and b.instance_id not in self._retiring
+            and b.instance_id not in self._withheld
+        )
 
     def _pick(self) -> Backend | None:
         """``bouncer.routing.pick`` among the instances usable now."""
@@ -365,16 +393,35 @@ class Dispatcher(InFlight, Spilling):
         return task
 
 
+class OtherFrontends(Protocol):
+    """The cluster's other frontends, told through the store that instances are about to
+    end (``mark.control.retiring.StoreRetiring``)."""
+
+    async def retire(self, instance_ids: Sequence[str], grace_s: float) -> None: ...
+
+    async def keep(self, instance_ids: Sequence[str]) -> None: ...
+
+
 @dataclass(frozen=True)
 class Dispatchers:
-    """``mark.ports.Draining`` over every model's dispatcher: an instance serves one
-    model, so the others have nothing of it to drain."""
+    """``mark.ports.Draining`` over every model's dispatcher (an instance serves one model,
+    so the others have nothing of it to drain), and over the other frontends'."""
 
     each: Sequence[Dispatcher]
+    others: OtherFrontends | None = None
+    """Told as well, and waited for (None: this frontend alone serves)."""
+
+    @property
+    def grace_s(self) -> float:
+        """The longest grace of the dispatchers: how long a batch sent may still run."""
+        return max((d.grace_s for d in self.each), default=GRACE_FLOOR_S)
 
     async def retire(self, instance_ids: Sequence[str]) -> None:
-        await asyncio.gather(*(d.retire(instance_ids) for d in self.each))
+        told = [] if self.others is None else [self.others.retire(instance_ids, self.grace_s)]
+        await asyncio.gather(*(d.retire(instance_ids) for d in self.each), *told)
 
-    def keep(self, instance_ids: Sequence[str]) -> None:
+    async def keep(self, instance_ids: Sequence[str]) -> None:
         for d in self.each:
             d.keep(instance_ids)
+        if self.others is not None:
+            await self.others.keep(instance_ids)

@@ -172,7 +172,8 @@ class LeaseRecord:
 @dataclass(frozen=True, slots=True)
 class FrontendRecord:
     """A frontend's beat: its id (``mark.identity.frontend_id``), its API's address, when
-    it started and last beat, when its last agent sync ended, and per model what it has
+    it started and last beat, when its last agent sync read the retiring marks (every mark
+    made before then is applied: ``mark.control.retiring``), and per model what it has
     counted since it started (``mark.control.cluster_feed``)."""
 
     id: str

@@ -206,8 +206,8 @@ class ControlLeaseRow(Base):
 
 class FrontendRow(Base):
     """One frontend (daemon process) of the cluster: when it last beat, when its last agent
-    sync ended, and its cumulative counts the leader's SLO monitor, spill evidence and miss
-    tally read (``mark.control.cluster_feed``)."""
+    sync read the retiring marks, and its cumulative counts the leader's SLO monitor,
+    spill evidence and miss tally read (``mark.control.cluster_feed``)."""
 
     __tablename__ = "frontends"
 

@@ -46,7 +46,7 @@ class _Draining:
         states = {i.state for i in await self.fleet.list() if i.instance_id in instance_ids}
         self.retired.append((sorted(instance_ids), states))
 
-    def keep(self, instance_ids: Sequence[str]) -> None:
+    async def keep(self, instance_ids: Sequence[str]) -> None:
         self.kept.append(sorted(instance_ids))
 
 

@@ -24,7 +24,7 @@ class _Told:
     async def retire(self, instance_ids: Sequence[str]) -> None:
         self.events.append(("retire", sorted(instance_ids)))
 
-    def keep(self, instance_ids: Sequence[str]) -> None:
+    async def keep(self, instance_ids: Sequence[str]) -> None:
         self.events.append(("keep", sorted(instance_ids)))
 
 

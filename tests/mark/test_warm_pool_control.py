@@ -35,7 +35,7 @@ class _Draining:
     async def retire(self, instance_ids: Sequence[str]) -> None:
         self.retired.append(sorted(instance_ids))
 
-    def keep(self, instance_ids: Sequence[str]) -> None:
+    async def keep(self, instance_ids: Sequence[str]) -> None:
         self.kept.append(sorted(instance_ids))
 
 
