@@ -1,0 +1,97 @@
+"""Faults of a cluster of frontends (issue #49): three ``mark up`` processes on one
+PostgreSQL and one fleet (``tests/faults/cluster.py``), under load.
+
+- kill -9 of the leader, the load sent to the other two: nothing lost or answered
+  twice through them; one of them holds the lease within the TTL and a renewal (and
+  the time to notice), plans at once, and buys nothing the dead leader had bought.
+- every frontend restarted in turn (SIGTERM, then ``mark up`` again) with the load
+  through HAProxy: no request without an answer, none answered twice, and every error
+  an explicit one with the daemon's reason (a request that reached a frontend as it
+  began to drain is refused with 503 and ``Retry-After``, nothing taken).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mark.state import open_store
+from tests.e2e.test_aws_world import cloud  # noqa: F401 - the fixture
+from tests.faults.cluster import LEASE_TTL_S, NEEDS_HAPROXY, RATE_RPS, cluster, load, until
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, NEEDS_HAPROXY]
+
+
+async def test_kill_9_of_the_leader_under_load(
+    cloud: dict[str, Any],  # noqa: F811
+    pg_url: str,
+    tmp_path: Path,
+) -> None:
+    async with cluster(cloud, pg_url, tmp_path) as c:
+        warm = await load([c.through], c.key, RATE_RPS, 10.0)  # every frontend has served
+        assert not warm.lost and not warm.refused
+        leader = await c.leader()
+        assert leader is not None and await c.deciders([0, 1, 2]) == [leader]
+        held_by = await c.holder()
+        others = [k for k in range(3) if k != leader]
+        sending = asyncio.create_task(
+            load([c.urls[k] for k in others], c.key, RATE_RPS, 20.0, first_id=100_000)
+        )
+        await asyncio.sleep(3.0)
+        killed_at, killed_wall = time.monotonic(), time.time()
+        await c.stop(leader, signal.SIGKILL)
+
+        async def taken_over() -> bool:
+            holder = await c.holder()
+            return holder is not None and holder != held_by
+
+        await until("another frontend leads", taken_over, within=3 * LEASE_TTL_S)
+        took_s = time.monotonic() - killed_at
+        renew_s = LEASE_TTL_S / 3
+        print(f"kill -9 of the leader: another leads {took_s:.1f} s after (TTL {LEASE_TTL_S:g} s)")
+        assert took_s <= LEASE_TTL_S + renew_s + 2.0, took_s  # + the polls that noticed
+        sent = await sending
+        assert not sent.lost and not sent.refused  # lost = 0 through the others
+        assert sent.twice == 0 and len(sent.answered) == sent.sent
+
+        async def planned() -> bool:
+            store = await open_store(pg_url)
+            try:
+                newest = await store.plans(c.base.models[0].name, limit=1)
+            finally:
+                await store.close()
+            return bool(newest) and newest[0].at > killed_wall
+
+        await until("the new leader plans", planned, within=c.base.timings.update_period_s)
+        new = await c.leader()
+        assert new in others
+        assert await c.launches(new) == 0  # it adopted the fleet: nothing bought twice
+
+
+async def test_every_frontend_restarted_in_turn_under_load(
+    cloud: dict[str, Any],  # noqa: F811
+    pg_url: str,
+    tmp_path: Path,
+) -> None:
+    async with cluster(cloud, pg_url, tmp_path) as c:
+        sending = asyncio.create_task(load([c.through], c.key, RATE_RPS, 75.0))
+        await asyncio.sleep(5.0)
+        for k in range(3):
+            await c.stop(k)  # SIGTERM: a drain
+            await c.start(k)  # `mark up` again, on the same config and port
+            await asyncio.sleep(3.0)
+        sent = await sending
+        print(
+            f"rolling restart: {sent.sent} sent, {len(sent.answered)} answered 200, "
+            f"{len(sent.refused)} refused explicitly, {len(sent.lost)} lost, {sent.twice} twice"
+        )
+        assert not sent.lost, sent.lost[:5]  # every request had an answer
+        assert sent.twice == 0
+        assert all(status == 503 and reason for status, reason in sent.refused), sent.refused[:5]
+        assert len(sent.answered) + len(sent.refused) == sent.sent
+        assert await c.holder() is not None  # someone leads after the last restart
