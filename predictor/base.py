@@ -115,6 +115,24 @@ def day_of_week(epoch_minutes: NDArray[np.int64]) -> NDArray[np.int64]:
 JsonScalar = str | int | float | bool | None
 
 
+@dataclass(frozen=True)
+class RiseOutlook:
+    """Rises a forecaster foresees but leaves out of its forecast: per step, the chance
+    one is under way and the rate it would bring. Whether one is worth buying for is a
+    price question the planner answers (``provisioner.foreseen_rise``)."""
+
+    chance: FloatArray
+    rate: FloatArray
+
+    def __post_init__(self) -> None:
+        chance = np.clip(np.nan_to_num(np.asarray(self.chance, np.float64)), 0.0, 1.0)
+        rate = np.maximum(np.nan_to_num(np.asarray(self.rate, np.float64)), 0.0)
+        if chance.ndim != 1 or chance.shape != rate.shape:
+            raise ForecasterError("a rise outlook needs one chance and one rate per step")
+        object.__setattr__(self, "chance", chance)
+        object.__setattr__(self, "rate", rate)
+
+
 class Forecaster(ABC):
     """Fit once on a long history; forecast step maxima from any later history.
 
@@ -156,6 +174,12 @@ class Forecaster(ABC):
         fallback = float(history.observed[-1])
         raw = np.where(np.isfinite(raw), raw, fallback)
         return np.maximum(raw, 0.0)
+
+    def rises(self, history: History, steps: int) -> RiseOutlook | None:
+        """The rises this model foresees in the next `steps` minutes but leaves out of
+        `forecast` (a median: a rise on some days is not the median day); None when it
+        foresees none, as most models do."""
+        return None
 
     def _fit(self, history: History) -> None:  # noqa: B027 - optional hook, no-op by default
         """Learn parameters; models without any leave this alone."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from predictor.base import MINUTES_PER_DAY, FloatArray, Forecaster, History
+from predictor.base import MINUTES_PER_DAY, FloatArray, Forecaster, History, RiseOutlook
 from predictor.baselines import PaperFallback
 
 COLD_START_WINDOW = 60
@@ -75,6 +75,10 @@ class OnlinePredictor:
         if not self.cold_start.fitted:
             self.cold_start.fit(history)
         return self.cold_start.forecast(history, steps)
+
+    def rises(self, history: History, steps: int = 60) -> RiseOutlook | None:
+        """The rises the current model foresees beside its forecast; none before a model."""
+        return self.model.rises(history, steps) if self.model is not None else None
 
     def due(self, observed: int, now: int) -> bool:
         """Whether a refit would start now, with `observed` minutes of history seen: so a

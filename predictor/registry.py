@@ -27,12 +27,7 @@ BUILTIN: dict[str, str] = {
     "ets": "predictor.statistical:HoltWinters",
     "sarima": "predictor.statistical:SeasonalArima",
     "lstm": "predictor.lstm:LSTMForecaster",
-}
-
-# Names no longer built in, and what to use instead: a config naming one fails with this.
-REMOVED: dict[str, str] = {
-    "lstm-calendar": "removed: buying ahead for its calendar's rises cost more than it saved "
-    "on 20 of 24 Twitter windows (experiments/windows/README.md); use 'lstm'",
+    "lstm-calendar": "predictor.rise_calendar:RiseCalendarForecaster",
 }
 
 # Models that are not learned: the bar a learned model has to clear.
@@ -41,8 +36,6 @@ NAIVE = ("last", "seasonal", "seasonal-week", "paper")
 
 def resolve(spec: str) -> type[Forecaster]:
     """The class for a built-in name or a "pkg.module:Class" path."""
-    if spec in REMOVED:
-        raise ForecasterError(f"model {spec!r} was {REMOVED[spec]}")
     target = BUILTIN.get(spec, spec)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:

@@ -8,7 +8,8 @@
 - ``greedy``: Algorithm 1, with a reason for every instance kept or bought.
 - ``milp``: the clairvoyant optimum (HiGHS), a lower bound for any planner.
 - ``rolling``: replays a planner step by step, priced like the MILP.
-- ``capacity_target``: how much of a step's peak is worth instances rather than spill.
+- ``capacity_target``, ``foreseen_rise``: how much of a step's peak, and of a
+  rise foreseen but not certain, is worth instances rather than spill.
 - ``guards``: launch now, reuse, cool-down, billing minimum, fleet cap.
 - ``slo_monitor``: §4.4 reactive backups.
 - ``spot``: §4.5 standbys, interruption response, avoidance, diversification.

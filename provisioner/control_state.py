@@ -131,6 +131,9 @@ class StepConfig:
     spill_cost_per_request: float | None = None
     """Spill's measured price when the plan may leave each step's peak to it
     (``provisioner.capacity_target``); None: plan for the peak."""
+    persisting_floor: bool = True
+    """Raise the forecast to the load that has held long enough to buy for
+    (``provisioner.persisting_load``)."""
     warm_tau_steps: int | None = None
     """τ while the warm pool holds an instance of the model (a start's lead, not a
     launch's); None: ``tau_steps`` always (no pool, or τ configured)."""
@@ -157,14 +160,19 @@ class Snapshot:
     window_minutes: tuple[tuple[float, ...], ...] = ()
     """The last hour's window rates (requests/s), grouped by minute: the within-step
     shape ``provisioner.capacity_target`` reads."""
+    rise_chance: tuple[float, ...] = ()
+    """Per control step, the chance a rise the forecast leaves out is under way
+    (``provisioner.foreseen_rise``); empty when none is foreseen."""
+    rise_rate: tuple[float, ...] = ()
+    """Per control step, the rate that rise would bring (requests/s)."""
     carried_rise: float | None = None
     """The rise a pool sized for rises carries: the least whose misses over the model's
     history fit the share of the SLO's allowance it may spend (``provisioner.rise_headroom``);
     None: not measured (too little history, or the plan does not size for rises)."""
     recent_rates: tuple[float, ...] = ()
     """The rates of the P_s windows closed by ``now``, newest first, one every
-    ``window_s`` seconds (0 where none came): whether the load has outrun the fleet
-    (``provisioner.early_step``); empty: none measured."""
+    ``window_s`` seconds (0 where none came): the load that has persisted, a floor under
+    the forecast (``provisioner.persisting_load``); empty: none measured."""
     window_s: float = 5.0
     """The P_s window length of ``recent_rates``."""
 

@@ -120,7 +120,7 @@ def main() -> None:
     cache_dir = load_settings(None, {}).data_dir / "sim-cache"
     paths = sorted(
         p
-        for p in RESULTS.rglob("*.json")  # round1/ too
+        for p in RESULTS.glob("*/*/*.json")
         if p.parent.name in models and (not sets or p.parent.parent.name in sets)
     )
     started = time.perf_counter()

@@ -209,34 +209,6 @@ def ablation(
     return lines
 
 
-def removal(root: Path, before: Path, models: list[str]) -> list[str]:
-    """mark after the rules the first round rejected went, against mark with them, window
-    by window on the same arrivals: did taking them out do what the ablation said?"""
-    lines = [
-        "| model | policy | windows | cost change (%) | cost / bound, with them | "
-        "cost / bound, without | within RT_max, without (%) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for m in models:
-        now, then = load(root / "mark" / m), load(before / "mark" / m)
-        for p in ("mark", "mark-spot"):
-            pairs = [
-                (then[k]["by"][p], now[k]["by"][p])
-                for k in now
-                if k in then and p in then[k]["by"] and p in now[k]["by"]
-            ]
-            if not pairs:
-                continue
-            change = [100 * (b["cost_total"] / a["cost_total"] - 1) for a, b in pairs]
-            lines.append(
-                f"| {m} | {p} | {len(pairs)} | {stats(change, 'max', '{:+.1f}')} | "
-                f"{stats(a['cost_over_bound'] for a, _ in pairs)} | "
-                f"{stats(b['cost_over_bound'] for _, b in pairs)} | "
-                f"{stats((100 * b['within_slo'] for _, b in pairs), 'min')} |"
-            )
-    return lines
-
-
 def declines(root: Path, models: list[str]) -> list[str]:
     lines = [
         "| model | windows | cost saved by declines (%) | requests declined (%) | "
@@ -261,16 +233,13 @@ def declines(root: Path, models: list[str]) -> list[str]:
 
 
 def write_report(here: Path, models: list[str]) -> str:
-    from run import DAYS, ONE, ROUND1, ROUND1_SETS, SETS, START_HOURS
+    from run import DAYS, ONE, SETS, START_HOURS
 
     per_model = len(DAYS) * len(START_HOURS) * len(ONE)  # the pairs of one model's sweep
 
     root = here / "results"
-    first = root / ROUND1
     docs = [d for f in root.glob("*/*") if f.is_dir() for d in load(f).values()]
     codes = sorted({d["code"] for d in docs})
-    first_codes = sorted({d["code"] for f in first.glob("*/*") for d in load(f).values()})
-    with_declines = root if (root / "declines-on").is_dir() else first
     bound_codes = sorted({d["bound_code"] for d in docs})
     abl = [(rs.name, rs.rule) for rs in SETS["ablation"] if rs.name != "declines-on"]
     parts = [
@@ -298,29 +267,11 @@ def write_report(here: Path, models: list[str]) -> str:
         "",
         "### What declines save, and what they refuse",
         "",
-        *(
-            ["From the first round's runs (code: " + ", ".join(first_codes) + ")."]
-            if with_declines == first
-            else []
-        ),
-        "",
-        *declines(with_declines, models),
+        *declines(root, models),
         "",
         "### Ablation: each rule switched off alone",
         "",
         *ablation(root, models, abl, per_model * len(models)),
-        "",
-        "### Ablation, first round: every rule then shipped, each off alone",
-        "",
-        "Against mark with all six on (code: " + ", ".join(first_codes) + "). The two it "
-        "rejected, the persisting floor and the calendar's rises planned ahead, are gone "
-        "from the code.",
-        "",
-        *ablation(first, models, list(ROUND1_SETS), per_model * len(models)),
-        "",
-        "### mark without the rejected rules, against mark with them",
-        "",
-        *removal(root, first, models),
         "",
         "### The warm-up: mark after 1 h and 6 h against the default 3 h",
         "",

@@ -203,8 +203,10 @@ class PredictorSpec(_Strict):
     """The workload predictor the control loop asks each P_u (paper §4.2)."""
 
     model: str = Field(
-        default="lstm",
-        description="lstm, seasonal, seasonal-week, last, paper, ets, sarima, or pkg.module:Class",
+        default="lstm-calendar",
+        description="lstm-calendar (the LSTM, and the recurring rises beside it that the "
+        "planner may buy ahead for), lstm, seasonal, seasonal-week, last, paper, ets, sarima, or "
+        "pkg.module:Class",
     )
     model_file: Path | None = Field(
         default=None, description="a model saved by `mark predictor train`, used from the start"
@@ -294,17 +296,12 @@ class PlannerSpec(_Strict):
         "RT_max and its price per request is known (provisioner/capacity_target.py); "
         "false: always the peak, as the paper",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed(cls, data: object) -> object:
-        if isinstance(data, dict) and "persisting_floor" in data:
-            raise ValueError(
-                "planner.persisting_floor was removed: the floor saved nothing beyond its "
-                "spread across 24 Twitter windows (experiments/windows/README.md); delete "
-                "the setting"
-            )
-        return data
+    persisting_floor: bool = Field(
+        default=True,
+        description="forecast each step at least the lowest 5 s rate the load has held for "
+        "as long before now, once a rise has lasted long enough to buy for at spill's "
+        "measured price (provisioner/persisting_load.py); false: the forecaster's alone",
+    )
 
 
 OrphanKind = Literal["removed-model", "beyond-pool"]

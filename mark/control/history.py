@@ -68,6 +68,10 @@ class StepForecast(NamedTuple):
     """The forecast max rate."""
     peak: float
     """The highest rate observed in the history it was made from."""
+    rise_chance: list[float]
+    """The chance a rise the forecast leaves out is under way (empty: none foreseen)."""
+    rise_rate: list[float]
+    """The rate that rise would bring."""
 
 
 def cold_start_forecaster() -> Forecaster:
@@ -159,7 +163,7 @@ class LoadHistory:
     def recent_rates(self, model: str, now: float, minutes: int = 60) -> tuple[float, list[float]]:
         """The P_s window length and the rates of the windows closed by ``now`` over the last
         ``minutes``, newest first, one per window (0 where none is stored: no request
-        came), as last read by ``minutes``/``forecast`` (``provisioner.early_step``)."""
+        came), as last read by ``minutes``/``forecast`` (``provisioner.persisting_load``)."""
         at, length, rate = self.columns(model)
         if not at.size:
             return 60.0, []
@@ -200,7 +204,8 @@ class LoadHistory:
         steps: int,
     ) -> StepForecast:
         """The forecast max rate for each of the next ``steps`` control steps (P_u each),
-        and the highest rate observed in the history it was made from.
+        the highest rate observed in the history it was made from, and the rises the
+        forecaster foresees beside it (``Forecaster.rises``).
 
         Forecasters speak per minute;
         with P_u < 60 s each minute's value covers the steps inside it, so the
@@ -214,21 +219,34 @@ class LoadHistory:
         observed = history.observed
         peak = float(observed.max()) if observed.size else 0.0
         if peak <= 0.0:  # nothing seen yet, or only idle minutes: no load to plan for
-            return StepForecast([0.0] * steps, peak)
+            return StepForecast([0.0] * steps, peak, [], [])
         per_minute_count = math.ceil(steps * self.step_s / 60.0)
         online = self.predictors.get(model)
         if online is None:
             if not self.fallback.fitted:
                 self.fallback.fit(history)
             raw = self.fallback.forecast(history, per_minute_count)
+            rises = None
         else:
             if online.due(int(observed.size), int(now // 60)):
                 online.maybe_refit(await self._fit_history(model, now, history), int(now // 60))
             raw = online.forecast(history, per_minute_count)
+            rises = online.rises(history, per_minute_count)
 
-        last = len(raw) - 1
-        per_step = [float(raw[min(int(k * self.step_s // 60.0), last)]) for k in range(steps)]
-        return StepForecast(per_step, peak)
+        def per_step(per_minute: Sequence[float]) -> list[float]:
+            last = len(per_minute) - 1
+            return [
+                float(per_minute[min(int(k * self.step_s // 60.0), last)]) for k in range(steps)
+            ]
+
+        if rises is None:
+            return StepForecast(per_step(list(raw)), peak, [], [])
+        return StepForecast(
+            per_step(list(raw)),
+            peak,
+            per_step(list(rises.chance)),
+            per_step(list(rises.rate)),
+        )
 
     async def _fit_history(self, model: str, now: float, history: History) -> History:
         """The last ``fit_minutes`` minutes for a refit, from the first observed one (a

@@ -94,6 +94,7 @@ def step_config(
         pool_for_rises=planner.pooled_capacity == "auto",
         rise_miss_share=planner.rise_miss_share * (1.0 - spec.slo.sl_min),
         spill_cost_per_request=spill_price(planner.spill_capacity_target, spill),
+        persisting_floor=planner.persisting_floor,
         warm=None
         if t.warm_start_s is None
         else WarmPoolConfig(
@@ -234,12 +235,14 @@ def snapshot(
     observed_peak: float = 0.0,
     fixed_hourly: float = 0.0,
     window_minutes: Sequence[Sequence[float]] = (),
+    rises: tuple[Sequence[float], Sequence[float]] = ((), ()),
     carried_rise: float | None = None,
     recent: tuple[float, Sequence[float]] = (5.0, ()),
 ) -> Snapshot:
-    """``carried_rise``: the rise a pool sized for rises carries
-    (``provisioner.rise_headroom.carried_rise``); ``recent``: the P_s window length and the
-    closed windows' rates, newest first
+    """``rises``: per step, the chance and the rate of the rises the forecaster foresees
+    beside ``forecast`` (``mark.control.history.StepForecast``); ``carried_rise``: the
+    rise a pool sized for rises carries (``provisioner.rise_headroom.carried_rise``);
+    ``recent``: the P_s window length and the closed windows' rates, newest first
     (``mark.control.history.LoadHistory.recent_rates``)."""
     return Snapshot(
         model,
@@ -250,6 +253,8 @@ def snapshot(
         members(fleet, price),
         fixed_hourly,
         tuple(tuple(m) for m in window_minutes),
+        tuple(rises[0]),
+        tuple(rises[1]),
         carried_rise,
         tuple(recent[1]),
         recent[0],

@@ -102,6 +102,7 @@ async def run_plan_step(
         fleet: Sequence[InstanceInfo],
         planned: Sequence[float],
         minutes: Sequence[Sequence[float]] = (),
+        rises: tuple[Sequence[float], Sequence[float]] = ((), ()),
     ) -> Snapshot:
         """The model's snapshot of ``fleet`` with ``planned`` as its forecast."""
         return snapshot(
@@ -114,12 +115,13 @@ async def run_plan_step(
             peak,
             fixed_hourly,
             minutes,
+            rises=rises,
             carried_rise=rise,
             recent=recent,
         )
 
     # The whole fleet, stopped instances too: the warm pool is the model's stopped ones.
-    snap = _ready(view(everything, forecast, shape), facts)
+    snap = _ready(view(everything, forecast, shape, (seen.rise_chance, seen.rise_rate)), facts)
     launched: list[InstanceInfo] = []
     notes: list[Note] = [Note("early-step", early)] if early is not None else []
     failed = 0

@@ -14,7 +14,6 @@ from report import (  # type: ignore[import-not-found]
     declines,
     headline,
     into_readme,
-    removal,
 )
 
 
@@ -86,18 +85,6 @@ def test_the_declines_row_says_what_they_save_and_refuse(tmp_path: Path) -> None
     row = declines(tmp_path, ["m"])[-1]
     assert "| +10.0 ± 0.0 (+10.0) |" in row and "| 1.60 ± 0.00 (1.60) |" in row
     assert headline(tmp_path, ["m"])[-1].startswith("| m | mark | 1 | 1.00 ± 0.00 (1.00) |")
-
-
-def test_the_removal_table_pairs_mark_before_and_after_on_the_same_windows(
-    tmp_path: Path,
-) -> None:
-    before = tmp_path / "round1"
-    for k, (then, now) in enumerate([(10.0, 9.0), (20.0, 19.0)]):
-        _write(before, "mark", f"w{k}", [_mark(then)])
-        _write(tmp_path, "mark", f"w{k}", [_mark(now)])
-    _write(before, "mark", "w9", [_mark(99.0)])  # no run after: not paired
-    row = removal(tmp_path, before, ["m"])[-1]
-    assert row.startswith("| m | mark | 2 | -7.5 ± 3.5 (-5.0) | 1.50 ± 0.71 (2.00) |"), row
 
 
 def test_the_readme_gets_the_tables_between_its_markers_and_keeps_the_rest() -> None:

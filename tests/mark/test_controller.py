@@ -18,7 +18,7 @@ from mark.control import Controller, build_options, max_rate_per_minute
 from mark.ports import InstanceInfo, InstanceState, InterruptionNotice, NoticeKind
 from mark.sim.fleet import SimFleet
 from mark.state import ArrivalWindow, open_store
-from predictor.base import FloatArray, Forecaster, History
+from predictor.base import FloatArray, Forecaster, History, RiseOutlook
 from provisioner.capacity_target import best_capacity
 from provisioner.greedy import PlannerOption
 from provisioner.pooling import capacity_in_pool
@@ -890,6 +890,64 @@ async def test_the_capacity_target_buys_for_less_than_the_peak(tmp_path: Path) -
         finally:
             await store.close()
     assert launched[0] >= 12 and launched[1] <= launched[0] / 2, launched
+
+
+class _FlatWithARise(Forecaster):
+    """Forecasts the median; foresees a rise to ``RISE`` r/s from step 2 on."""
+
+    chance: ClassVar[float] = 0.9
+    RISE: ClassVar[float] = 0.0
+
+    def _forecast(self, history: History, steps: int) -> FloatArray:
+        return np.full(steps, np.median(history.observed))
+
+    def rises(self, history: History, steps: int) -> RiseOutlook | None:
+        chance = np.where(np.arange(steps) >= 2, self.chance, 0.0)
+        return RiseOutlook(chance, np.where(chance > 0, self.RISE, 0.0))
+
+
+@pytest.mark.parametrize(("chance", "ahead"), [(1.0, True), (0.9, False)])
+async def test_the_daemon_buys_ahead_for_a_rise_its_forecaster_foresees_when_likely(
+    tmp_path: Path, chance: float, ahead: bool
+) -> None:
+    """The rises a forecaster foresees reach the plan: bought for (a ``rise-ahead``
+    decision) at a chance that pays: with spill not yet priced, only a certain rise."""
+    from mark.control import online_predictor
+
+    settings = load_settings(overrides={"predictor": {"model": "last"}})
+    spec = settings.models[0]
+    lat = {"c5.large": BatchLatency.from_mapping({1: 0.020, 8: 0.080})}
+    options = build_options(spec, load_catalog(), ("c5.large",), (Market.ON_DEMAND,), lat, 90.0)
+    capacity = max(o.capacity_rps for o in options)
+    clock = ManualClock(T0)
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        peak = 3 * capacity  # an hour at one instance's worth; three times that once
+        await store.add_arrivals(
+            [
+                ArrivalWindow(
+                    spec.name, T0 - 3600 + 5 * k, 5.0, int((peak if k == 360 else capacity) * 5)
+                )
+                for k in range(720)
+            ]
+        )
+        online = online_predictor(settings)
+        _FlatWithARise.chance, _FlatWithARise.RISE = chance, peak
+        online.model = _FlatWithARise().fit(History(np.ones(3), np.datetime64(int(T0 // 60), "m")))
+        online.last_fit = int(T0 // 60)
+        ctl = Controller(
+            settings,
+            SimFleet(load_catalog(), clock.now),
+            store,
+            {spec.name: options},
+            predictors={spec.name: online},
+        )
+        (res,) = await ctl.step(clock.now())
+        actions = [d.action for d in await store.decisions(0, 1e12)]
+        assert ("rise-ahead" in actions) is ahead, actions
+        assert len(res.launched) == (3 if ahead else 1), res.launched
+    finally:
+        await store.close()
 
 
 async def test_load_outrunning_the_plan_is_planned_for_before_the_next_step(

@@ -20,6 +20,7 @@ TINY: dict[str, dict[str, Any]] = {
     "ets": {"period": 60, "fit_seasons": 3, "filter_minutes": 120},
     "sarima": {"p": 1, "q": 0, "fit_days": 1, "filter_minutes": 120},
     "lstm": {"horizon": 12, "lookback": 16, "hidden": 4, "level_minutes": 4, "epochs": 2},
+    "lstm-calendar": {"inner": "seasonal", "min_days": 1},  # its calendar: test_rise_calendar
 }
 
 

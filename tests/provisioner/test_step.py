@@ -137,9 +137,9 @@ def test_interruption_starts_standbys_dooms_the_victim_and_avoids_its_offering()
 
 def test_a_plan_remembers_the_rate_it_was_made_for_and_when() -> None:
     """What load above it means an early step (``early_step``): the first step of the
-    clipped forecast."""
+    clipped forecast, foreseen rises included."""
     stepped = plan_step(snap(15.0, observed_peak=60.0), ControlState(), CFG, RT)
     control = stepped.state.of("m")
     assert control.planned_rps == stepped.forecast[0] == 15.0 and control.planned_at == 1000.0
-    clipped = plan_step(snap(200.0, observed_peak=60.0), ControlState(), CFG, RT)
-    assert clipped.state.of("m").planned_rps == clipped.forecast[0] < 200.0
+    rising = replace(snap(15.0, observed_peak=60.0), rise_chance=(1.0,) * 5, rise_rate=(40.0,) * 5)
+    assert plan_step(rising, ControlState(), CFG, RT).state.of("m").planned_rps == 40.0
