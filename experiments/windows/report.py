@@ -160,7 +160,11 @@ def verdict(changes: list[float], loses: int) -> str:
 
 
 def ablation(
-    root: Path, models: list[str], sets: list[tuple[str, str]], expected: int = 0
+    root: Path,
+    models: list[str],
+    sets: list[tuple[str, str]],
+    expected: int = 0,
+    policy: str = "mark",
 ) -> list[str]:
     """One row per rule and model, and one over the windows of every model where the rule
     acts (a rule inert on a model, e.g. one that needs spill to answer in time, is judged
@@ -177,7 +181,7 @@ def ablation(
         for m in models:
             pairs: list[tuple[float, bool]] = []
             lows = []
-            for on, off in paired(root, m, name, "mark"):
+            for on, off in paired(root, m, name, policy):
                 change = 100 * (off["cost_total"] / on["cost_total"] - 1)
                 pairs.append((change, change < 0 and off["within_slo"] >= SL_MIN))
                 lows.append(100 * off["within_slo"])
@@ -272,6 +276,21 @@ def write_report(here: Path, models: list[str]) -> str:
         "### Ablation: each rule switched off alone",
         "",
         *ablation(root, models, abl, per_model * len(models)),
+        "",
+        "### The persisting floor and the calendar, both off, on mark and on mark-spot",
+        "",
+        "The first round judged each rule on mark alone. Both off together, window by "
+        "window on the same arrivals (code e7767be, which had removed them), mark first, "
+        "then mark-spot:",
+        "",
+        *ablation(root, models, [(rs.name, rs.rule) for rs in SETS["together"]]),
+        "",
+        *ablation(
+            root,
+            models,
+            [(rs.name, rs.rule + " (mark-spot)") for rs in SETS["together"]],
+            policy="mark-spot",
+        ),
         "",
         "### The warm-up: mark after 1 h and 6 h against the default 3 h",
         "",

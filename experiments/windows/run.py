@@ -16,6 +16,9 @@ Run sets (`--sets`):
 - `stressed`: mark-spot with every spot instance interrupted at `STRESSED_RATE` (seed 0).
 - `ablation`: mark with one rule switched off (or, for declines, on), each alone, on
   seed 0 of every window, paired with that window's `mark` run.
+- `together`: mark and mark-spot with the persisting floor and the calendar's rises
+  planned ahead both off, paired alike: the first round rejected each on `mark`; this
+  set is the check on `mark-spot` that brought them back.
 - `warmup`: mark after a 1 h and a 6 h warm-up instead of the default 3 h, paired alike:
   the warm-up is a measurement, chosen on these windows, not on one.
 
@@ -87,6 +90,15 @@ SETS: dict[str, list[RunSet]] = {
         ),
         RunSet("no-calendar", "mark", ("--predictor", "lstm"), "rise-ahead (calendar)", ONE),
         RunSet("declines-on", "mark", ("--decline-share", "0.9"), "declines (0.9)", ONE),
+    ],
+    "together": [
+        RunSet(
+            "no-floor-no-calendar",
+            "mark,mark-spot",
+            ("--no-persisting-floor", "--predictor", "lstm"),
+            "persisting floor and calendar, together",
+            ONE,
+        ),
     ],
     "warmup": [
         RunSet("warmup-1h", "mark", ("--warmup-s", "3600"), "3 h warm-up (against 1 h)", ONE),
@@ -180,7 +192,7 @@ def sweep(models: list[str], sets: list[str], seeds: tuple[int, ...], jobs: int)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--sets", default="mark,ablation,baselines,stressed,warmup")
+    ap.add_argument("--sets", default="mark,ablation,baselines,stressed,warmup,together")
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     ap.add_argument("--jobs", type=int, default=1, help="simulations run at once")
     ap.add_argument("--report", action="store_true", help="only write results.md")

@@ -93,3 +93,15 @@ def test_the_readme_gets_the_tables_between_its_markers_and_keeps_the_rest() -> 
     assert out == f"# R\n\nsetup\n\n{BEGIN}\nnew table\n{END}\n\n## After\n"
     assert into_readme(out, "# Results\n\nnewer\n").count("newer") == 1
     assert into_readme("no markers", "x") == "no markers"
+
+
+def test_an_ablation_is_judged_on_the_policy_asked_for(tmp_path: Path) -> None:
+    for k, (spot_on, spot_off) in enumerate([(5.0, 6.0), (5.0, 6.5), (5.0, 5.8)]):
+        spot = {**_mark(spot_on), "policy": "mark-spot"}
+        spot_without = {**_mark(spot_off), "policy": "mark-spot"}
+        _write(tmp_path, "mark", f"w{k}", [_mark(10.0), spot])
+        _write(tmp_path, "no-rule", f"w{k}", [_mark(9.0), spot_without])
+    on_demand = ablation(tmp_path, ["m"], [("no-rule", "r")])
+    on_spot = ablation(tmp_path, ["m"], [("no-rule", "r")], policy="mark-spot")
+    assert "| 3/3 |" in on_demand[-1] and on_demand[-1].endswith("| **goes** |")
+    assert "| 0/3 |" in on_spot[-1] and on_spot[-1].endswith("| **keep** |")
