@@ -292,6 +292,16 @@ def write_report(here: Path, models: list[str]) -> str:
             policy="mark-spot",
         ),
         "",
+        "### The persisting floor and the calendar, each off alone, on mark-spot",
+        "",
+        *ablation(
+            root,
+            models,
+            [(rs.name, rs.rule) for rs in SETS["spot-ablation"]],
+            per_model * len(models),
+            policy="mark-spot",
+        ),
+        "",
         "### The warm-up: mark after 1 h and 6 h against the default 3 h",
         "",
         "A *keep* here says the 3 h warm-up changes the measured cost by more than its "

@@ -16,6 +16,8 @@ Run sets (`--sets`):
 - `stressed`: mark-spot with every spot instance interrupted at `STRESSED_RATE` (seed 0).
 - `ablation`: mark with one rule switched off (or, for declines, on), each alone, on
   seed 0 of every window, paired with that window's `mark` run.
+- `spot-ablation`: mark-spot with the persisting floor, or the calendar's rises planned
+  ahead, switched off alone, paired alike with mark-spot's run.
 - `together`: mark and mark-spot with the persisting floor and the calendar's rises
   planned ahead both off, paired alike: the first round rejected each on `mark`; this
   set is the check on `mark-spot` that brought them back.
@@ -90,6 +92,22 @@ SETS: dict[str, list[RunSet]] = {
         ),
         RunSet("no-calendar", "mark", ("--predictor", "lstm"), "rise-ahead (calendar)", ONE),
         RunSet("declines-on", "mark", ("--decline-share", "0.9"), "declines (0.9)", ONE),
+    ],
+    "spot-ablation": [
+        RunSet(
+            "no-persisting-floor-spot",
+            "mark-spot",
+            ("--no-persisting-floor",),
+            "persisting floor (mark-spot)",
+            ONE,
+        ),
+        RunSet(
+            "no-calendar-spot",
+            "mark-spot",
+            ("--predictor", "lstm"),
+            "rise-ahead (calendar) (mark-spot)",
+            ONE,
+        ),
     ],
     "together": [
         RunSet(
@@ -192,7 +210,9 @@ def sweep(models: list[str], sets: list[str], seeds: tuple[int, ...], jobs: int)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--sets", default="mark,ablation,baselines,stressed,warmup,together")
+    ap.add_argument(
+        "--sets", default="mark,ablation,baselines,stressed,warmup,together,spot-ablation"
+    )
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     ap.add_argument("--jobs", type=int, default=1, help="simulations run at once")
     ap.add_argument("--report", action="store_true", help="only write results.md")
