@@ -3,7 +3,8 @@ PostgreSQL and one fleet (``tests/faults/cluster.py``), under load.
 
 - kill -9 of the leader, the load sent to the other two: nothing lost or answered
   twice through them; one of them holds the lease within the TTL and a renewal (and
-  the time to notice), plans at once, and buys nothing the dead leader had bought.
+  the time to notice), plans at once, buys nothing the dead leader had bought, and every
+  instance EC2 runs for the cluster is one the store records live (no orphan).
 - every frontend restarted in turn (SIGTERM, then ``mark up`` again) with the load
   through HAProxy: no request without an answer, none answered twice, and every error
   an explicit one with the daemon's reason (a request that reached a frontend as it
@@ -21,8 +22,9 @@ from typing import Any
 import pytest
 
 from mark.state import open_store
-from tests.e2e.test_aws_world import cloud  # noqa: F401 - the fixture
+from tests.e2e.test_aws_world import _cluster_instances, cloud  # noqa: F401 - the fixture
 from tests.faults.cluster import LEASE_TTL_S, NEEDS_HAPROXY, RATE_RPS, cluster, load, until
+from tests.faults.harness import LIVE_STATES
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, NEEDS_HAPROXY]
 
@@ -70,7 +72,19 @@ async def test_kill_9_of_the_leader_under_load(
         await until("the new leader plans", planned, within=c.base.timings.update_period_s)
         new = await c.leader()
         assert new in others
-        assert await c.launches(new) == 0  # it adopted the fleet: nothing bought twice
+        assert await c.launches(new) == 0
+        # No orphan: every instance EC2 runs for the cluster is one the store records live.
+        running = await _cluster_instances(cloud)
+        store = await open_store(pg_url)
+        try:
+            recorded = {i.instance_id: i.state for i in await store.instances()}
+        finally:
+            await store.close()
+        assert running and not [
+            i
+            for i in running
+            if recorded.get(i, "unrecorded") not in (*LIVE_STATES, "retiring", "stopped")
+        ], (running, recorded)  # it adopted the fleet: nothing bought twice
 
 
 async def test_every_frontend_restarted_in_turn_under_load(
