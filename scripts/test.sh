@@ -14,9 +14,16 @@ fi
   2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 
 # OS packages the suite drives: wrk, the frontend benchmark's load generator (its smoke run,
-# tests/benchmarks). Installed where this runs as root with apt; elsewhere, install it first.
-if ! command -v wrk >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  (apt-get update -qq && apt-get install -y -qq wrk) >/dev/null
+# tests/benchmarks), and HAProxy, the load balancer in front of several frontends
+# (tests/faults/cluster.py). Installed where this runs as root with apt; elsewhere, install
+# them first (the tests that need HAProxy are skipped without it).
+missing=""
+for pkg in wrk haproxy; do
+  command -v "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+done
+if [ -n "$missing" ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  # shellcheck disable=SC2086
+  (apt-get update -qq && apt-get install -y -qq $missing) >/dev/null
 fi
 
 .venv/bin/ruff format --check .
