@@ -6,9 +6,9 @@ outside it and a fixed ``local.cluster``, so the fleet outlives the daemon as it
 does on AWS. Under the fault suite's open-loop load (``tests/faults/client.py``)
 the daemon is killed with SIGKILL once its fleet serves, and a new ``mark up`` on
 the same configuration, store and port is started at once. It must adopt the
-fleet by its tags, take the control lease (same holder: host and data dir),
-start agents for the adopted instances and serve again; at the end it is
-stopped with SIGTERM, as ``mark up`` is.
+fleet by its tags, take the control lease (a new process is a new holder: once
+the old lease lapses), start agents for the adopted instances and serve again; at
+the end it is stopped with SIGTERM, as ``mark up`` is.
 
 Counted as every scenario is (``harness.count``), except requests in flight at
 the kill: the connection dropped under them, so they have no answer by
