@@ -131,9 +131,6 @@ class StepConfig:
     spill_cost_per_request: float | None = None
     """Spill's measured price when the plan may leave each step's peak to it
     (``provisioner.capacity_target``); None: plan for the peak."""
-    persisting_floor: bool = True
-    """Raise the forecast to the load that has held long enough to buy for
-    (``provisioner.persisting_load``)."""
     warm_tau_steps: int | None = None
     """τ while the warm pool holds an instance of the model (a start's lead, not a
     launch's); None: ``tau_steps`` always (no pool, or τ configured)."""
@@ -171,8 +168,8 @@ class Snapshot:
     None: not measured (too little history, or the plan does not size for rises)."""
     recent_rates: tuple[float, ...] = ()
     """The rates of the P_s windows closed by ``now``, newest first, one every
-    ``window_s`` seconds (0 where none came): the load that has persisted, a floor under
-    the forecast (``provisioner.persisting_load``); empty: none measured."""
+    ``window_s`` seconds (0 where none came): whether the load has outrun the fleet
+    (``provisioner.early_step``); empty: none measured."""
     window_s: float = 5.0
     """The P_s window length of ``recent_rates``."""
 

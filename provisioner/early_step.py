@@ -29,9 +29,7 @@ seen: holding the steps before the next regular one at that level bought more
 spot capacity in time but more on-demand p2.xlarge than the rises repaid
 (Inception-v3, Twitter days 10 and 12: −1.1 % spot, +1.3 % on demand against
 the early step alone; git history of experiments/table5/README.md, 2026-11-26).
-The plan's floor raises a step only as far ahead as the load has held
-(``provisioner.persisting_load``), so a rise of seconds raises no step an instance
-bought now would serve. Each early step is itself a plan, so the next trigger
+Each early step is itself a plan, so the next trigger
 needs ``EARLY_WINDOWS`` new windows above the new plan's rate: at most one early
 step per ``EARLY_WINDOWS`` windows, only while the load keeps outrunning the
 forecast, and none in the window before a regular step. Pure.

@@ -7,10 +7,9 @@ around the planner live here, in one place and in this order:
 
 1. the rises the forecaster foresees beside its forecast are added where their
    chance pays for buying ahead (``foreseen_rise``); the forecast is clipped to
-   what the history supports (``forecast_sanity``) and raised where the load has
-   held a higher rate long enough to buy for (``persisting_load``), then, once
-   spill is measured to meet RT_max and its price is known, scaled from each
-   step's peak to the share of it instances should carry (``capacity_target``);
+   what the history supports (``forecast_sanity``), then, once spill is measured
+   to meet RT_max and its price is known, scaled from each step's peak to the
+   share of it instances should carry (``capacity_target``);
 2. the planner plans over the offerings not being avoided, counting the
    model's live serving and backup instances, less those with a spot notice,
    at the capacity each has in the pool it plans (``pooling``);
@@ -29,7 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from provisioner.capacity_target import capacity_target, critical_quantile
+from provisioner.capacity_target import capacity_target
 from provisioner.control_state import (
     ControlState,
     Launch,
@@ -44,12 +43,6 @@ from provisioner.forecast_sanity import clip_forecast
 from provisioner.foreseen_rise import buy_ahead_chance, with_rises
 from provisioner.greedy import OptionKey, Plan, PlannerOption, RunningInstance, plan_greedy
 from provisioner.guards import FleetInstance, GuardState, RawDecision, apply_guards
-from provisioner.persisting_load import (
-    break_even_age,
-    persisting_floor,
-    persisting_why,
-    with_floor,
-)
 from provisioner.pooling import capacity_in_pool, fleet_size, plan_pooled
 from provisioner.rise_headroom import planning_options, pools
 from provisioner.slo_monitor import slo_at_risk
@@ -160,13 +153,6 @@ def plan_step(snap: Snapshot, state: ControlState, cfg: StepConfig, rt_max_s: fl
     mine = counted_members(snap, state)
     running = [_running(m, by_key[m.key], now, cfg, state) for m in mine if m.key in by_key]
     planner = plan_pooled if pools(snap, cfg) else plan_greedy
-    floor = persisting_floor(
-        snap.recent_rates, snap.window_s, len(forecast), cfg.step_s, buy_after_s(snap, cfg, options)
-    )
-    raised = [j for j, (f, held) in enumerate(zip(forecast, floor, strict=True)) if held > f]
-    if raised:
-        notes.append(Note("load-persisting", persisting_why(floor, raised, cfg.step_s)))
-        forecast = with_floor(forecast, floor)
     target, _ = capacity_target(forecast, snap.window_minutes, cfg.spill_cost_per_request, options)
     plan = planner(
         target,
@@ -275,21 +261,6 @@ def lead_steps(
     carried = sum(rated.get(m.key, 0.0) for m in (*counted, *pool))
     ahead = max(target[: cfg.tau_steps + 1], default=0.0)
     return cfg.warm_tau_steps if ahead <= carried else cfg.tau_steps
-
-
-def buy_after_s(snap: Snapshot, cfg: StepConfig, options: Sequence[PlannerOption]) -> float:
-    """How long a rise must have lasted before instances are bought for it
-    (``persisting_load.break_even_age``): only where spill answers within RT_max and is
-    priced; elsewhere (inf) a shortfall is misses, and the SLO monitor's backups are sized
-    to it (``backup_step``)."""
-    if not cfg.persisting_floor or cfg.spill_cost_per_request is None or not snap.recent_rates:
-        return math.inf
-    quantile = critical_quantile(cfg.spill_cost_per_request, options)
-    if cfg.warm is not None and pooled(snap.mine()):
-        # What the pool holds serves a start after it is wanted, and costs a start to have
-        # back: the rent-or-buy break-even is a start's, not a boot's.
-        return break_even_age(cfg.warm.start_s, quantile, warm_cooldown_s(cfg.warm))
-    return break_even_age(cfg.boot_s, quantile, cfg.guard.cooldown_s)
 
 
 def foreseen_rises(

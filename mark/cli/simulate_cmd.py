@@ -409,12 +409,6 @@ def simulate(
         help="mark policies: the daemon's planner.spill_capacity_target (plan a step at the "
         "newsvendor quantile of its 5 s rates once spill is measured in time)",
     ),
-    persisting_floor: bool = typer.Option(
-        True,
-        "--persisting-floor/--no-persisting-floor",
-        help="mark policies: the daemon's planner.persisting_floor (the forecast at least "
-        "the load that has held long enough to buy for)",
-    ),
     volume_gb: float = typer.Option(
         8.0,
         min=0.0,
@@ -467,7 +461,6 @@ def simulate(
         warm_pool=warm_pool,
         pooled_capacity=parse_pooled(pooled_capacity),
         capacity_target=capacity_target,
-        persisting_floor=persisting_floor,
     )
     workload = build_workload(
         trace,

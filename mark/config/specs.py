@@ -296,12 +296,17 @@ class PlannerSpec(_Strict):
         "RT_max and its price per request is known (provisioner/capacity_target.py); "
         "false: always the peak, as the paper",
     )
-    persisting_floor: bool = Field(
-        default=True,
-        description="forecast each step at least the lowest 5 s rate the load has held for "
-        "as long before now, once a rise has lasted long enough to buy for at spill's "
-        "measured price (provisioner/persisting_load.py); false: the forecaster's alone",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: object) -> object:
+        if isinstance(data, dict) and "persisting_floor" in data:
+            raise ValueError(
+                "planner.persisting_floor was removed: the floor saved nothing beyond its "
+                "spread on mark or mark-spot across the Twitter windows "
+                "(experiments/windows/README.md); delete the setting"
+            )
+        return data
 
 
 OrphanKind = Literal["removed-model", "beyond-pool"]

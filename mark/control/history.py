@@ -163,7 +163,7 @@ class LoadHistory:
     def recent_rates(self, model: str, now: float, minutes: int = 60) -> tuple[float, list[float]]:
         """The P_s window length and the rates of the windows closed by ``now`` over the last
         ``minutes``, newest first, one per window (0 where none is stored: no request
-        came), as last read by ``minutes``/``forecast`` (``provisioner.persisting_load``)."""
+        came), as last read by ``minutes``/``forecast`` (``provisioner.early_step``)."""
         at, length, rate = self.columns(model)
         if not at.size:
             return 60.0, []

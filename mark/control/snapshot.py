@@ -94,7 +94,6 @@ def step_config(
         pool_for_rises=planner.pooled_capacity == "auto",
         rise_miss_share=planner.rise_miss_share * (1.0 - spec.slo.sl_min),
         spill_cost_per_request=spill_price(planner.spill_capacity_target, spill),
-        persisting_floor=planner.persisting_floor,
         warm=None
         if t.warm_start_s is None
         else WarmPoolConfig(

@@ -60,7 +60,6 @@ def sim_settings(world: SimWorld) -> Settings:
         planner=PlannerSpec(
             pooled_capacity=world.cfg.pooled_capacity,
             spill_capacity_target=world.cfg.capacity_target,
-            persisting_floor=world.cfg.persisting_floor,
         ),
         timings=Timings(
             early_steps=world.cfg.early_steps,

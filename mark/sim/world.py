@@ -135,9 +135,6 @@ class SimConfig:
     capacity_target: bool = True
     """mark policies: the daemon's ``planner.spill_capacity_target``
     (``provisioner.capacity_target``)."""
-    persisting_floor: bool = True
-    """mark policies: the daemon's ``planner.persisting_floor``
-    (``provisioner.persisting_load``)."""
     volume_gb: float = 8.0
     """Each instance's EBS root volume, GB: billed at the catalog's gp3 price while the
     instance is stopped (a standby, or a stopped instance kept to start fast). 8 is the

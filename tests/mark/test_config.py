@@ -126,6 +126,7 @@ def test_unknown_instance_type_lists_allowed_types() -> None:
         (["colour=blue"], "colour: unknown setting"),
         (["aws.region=mars"], "aws.region = 'mars'"),
         (["local.slowdown={c5.large: 0.5}"], "allowed: 1 or more"),
+        (["planner.persisting_floor=true"], "delete the setting"),
     ],
 )
 def test_bad_values_are_one_readable_line(overrides: list[str], expected: str) -> None:

@@ -23,7 +23,6 @@ def test_on_by_default_and_shown() -> None:
         "pooled_capacity": "auto",
         "rise_miss_share": 0.75,
         "spill_capacity_target": True,
-        "persisting_floor": True,
     }
     assert explore_config(settings) == ExploreConfig(1, 3600.0)
     off = load_settings(overrides={"planner": {"explore_unprofiled": {"max_concurrent": 0}}})
