@@ -151,7 +151,14 @@ def retire_checks(run: RampRun) -> list[RetireCheck]:
             if p.at >= at:
                 break
             held = {h[0] for h in p.explanation.get("held", [])}
-            if iid not in held and run.first_event.get(iid, (math.inf, ""))[0] <= p.at:
+            # The plan that retires it does not want it: its terminate is recorded a moment
+            # after the plan (once the other frontends have read the retiring mark).
+            retiring = {d.instance_id for d in p.decisions if d.action.startswith("retire")}
+            if (
+                iid not in held
+                and iid not in retiring
+                and run.first_event.get(iid, (math.inf, ""))[0] <= p.at
+            ):
                 wanted = p.at
         out.append(
             RetireCheck(
