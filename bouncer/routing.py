@@ -6,7 +6,7 @@ request opens a batch and picks the instance that would finish it soonest
 more until it holds that instance's N_batch or W_batch has passed since the
 request that opened it arrived (``window_end``, ``due_at``) — a batch never
 waits longer. What the instance's Bouncer rejects, and everything when there is
-no instance, goes to Lambda in invocations of ``SPILL_CHUNK`` requests.
+no instance, goes to Lambda, grouped into invocations by ``spill_chunks``.
 
 Pure: times are arguments, nothing here reads a clock or does I/O. The
 dispatcher (``mark.serve.dispatcher``) applies the rule online, on the wall
@@ -20,11 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
-SPILL_CHUNK = 1
-"""Requests per Lambda invocation. One: a Lambda runs its requests one after the
-other (2 vCPUs, no batching gain), so a chunk of k answers its last request
-k × T_1 late; separate invocations run side by side, and the per-request price
-is $0.20 per million."""
+from bouncer.latency import BatchLatency
 
 
 class Routable(Protocol):
@@ -119,3 +115,46 @@ def fill(
         a = arrivals[stop - 1]
         return stop, a if a > now else now
     return stop, last
+
+
+def spill_cap(latency: BatchLatency | None) -> int:
+    """The most requests one spill invocation takes: the largest batch the function's
+    latency was measured at (beyond it the curve is a guess), one without a curve."""
+    return 1 if latency is None else latency.points[-1][0]
+
+
+def spill_chunks(
+    now: float, deadlines: Sequence[float], latency: BatchLatency | None
+) -> list[list[int]]:
+    """The invocations that spill the requests with ``deadlines`` at ``now``: indices into
+    ``deadlines``, each chunk one invocation.
+
+    Lambda bills an invocation by its duration × memory plus a fee, so a batch costs less
+    per request than its requests apart wherever the function's batch latency ``latency``
+    (measured at its memory size) grows slower than the batch (INFless, ASPLOS '22). In
+    deadline order, a chunk grows while the function still finishes it by its earliest
+    deadline, while one more request costs it no more time than an invocation of its
+    own (so a chunk is never dearer than its requests apart), and up to ``spill_cap``.
+    A request that misses even alone goes alone. Without a curve every request is its
+    own invocation, side by side, as Lambda scales out per concurrent request.
+    """
+    order = sorted(range(len(deadlines)), key=deadlines.__getitem__)
+    if latency is None:
+        return [[i] for i in order]
+    cap = spill_cap(latency)
+    alone = latency(1)
+    chunks: list[list[int]] = []
+    s = 0
+    while s < len(order):
+        due = deadlines[order[s]]
+        k = 1
+        while (
+            k < cap
+            and s + k < len(order)
+            and now + latency(k + 1) <= due
+            and latency(k + 1) <= latency(k) + alone
+        ):
+            k += 1
+        chunks.append(order[s : s + k])
+        s += k
+    return chunks

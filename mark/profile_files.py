@@ -6,6 +6,11 @@ or a list of them, or ``{"profiles": [...]}``), and the paper's published
 profiles (``schema: mark-paper-profiles/v1``, parsed by
 ``provisioner.profiles``), where the model is found by its key or its name.
 
+An entry whose instance type is ``lambda-<memory>mb`` is the spill function's batch
+latency at that memory size (``mark profile --spill`` measures it through the world's
+function, round trips included): it sizes batched spill (``bouncer.routing.spill_chunks``)
+in a world whose function has that memory, and rates no instance type.
+
 A profile rates only the hardware it was measured on: ``mark profile`` writes
 the instance type when it runs on EC2 (the metadata service answers) or with
 ``--type``, else ``"local"``, which rates no type, and records the hardware
@@ -71,10 +76,28 @@ def _paper(doc: dict[str, Any], model: str, path: Path) -> dict[str, BatchLatenc
     raise ConfigError(f"profile file {path} has no profile for model {model!r}")
 
 
+def spill_profile_type(memory_mb: int) -> str:
+    """The profile entry of the spill function at ``memory_mb`` (its batch latency)."""
+    return f"lambda-{memory_mb}mb"
+
+
+def is_spill_profile(name: str) -> bool:
+    return name.startswith("lambda-") and name.endswith("mb") and name[7:-2].isdigit()
+
+
+def spill_batches(profile: Path | None, model: str, memory_mb: int) -> BatchLatency | None:
+    """The spill function's batch latency for ``model`` at ``memory_mb`` from its profile
+    file, None where the file has none (a curve at another memory size rates nothing)."""
+    if profile is None:
+        return None
+    return load_profile_file(profile, model).get(spill_profile_type(memory_mb))
+
+
 def unrated_entries(rates: Collection[str], known: Collection[str]) -> list[str]:
     """The instance types of a profile file that name no catalog type (``"local"``: measured
-    on a machine that is no EC2 instance), which therefore rate nothing."""
-    return sorted(t for t in rates if t not in known)
+    on a machine that is no EC2 instance), which therefore rate nothing; the spill
+    function's entries are not among them."""
+    return sorted(t for t in rates if t not in known and not is_spill_profile(t))
 
 
 def unusable_profile_warning(path: Path, model: str, stray: Collection[str]) -> str:

@@ -1,12 +1,13 @@
 """`mark profile`: measure T_b of a configured model and tune its batching, on this
-machine, or (``--type T``, aws world) on one instance of T launched for it."""
+machine, or (``--type T``, aws world) on one instance of T launched for it, or (``--spill``)
+on the world's spill function, whose batch latency sizes batched spill."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -56,10 +57,23 @@ def profile(
         help="with --type: seconds to wait for the instance's agent (default: the boot "
         "deadline, timings.boot_deadline_s)",
     ),
+    spill: bool = typer.Option(
+        False,
+        "--spill",
+        help="time batches on the world's spill function (aws: the deployed function at "
+        "aws.spill_memory_mb; local: the local Lambda), round trips included, and add the "
+        "entry lambda-<memory>mb to the profile file: with it in the model's profile, spill "
+        "goes in batches that finish by their deadlines instead of one request per call",
+    ),
 ) -> None:
     """Time real inference for each batch size (warm-up, median of runs) and tune N/W_batch."""
     settings = state(ctx).settings()
     spec = settings.model(model or settings.models[0].name)
+    if spill:
+        if instance_type is not None or device is not None:
+            fail("--spill times the spill function; --type and --device time an instance")
+        _on_spill(settings, spec, _sizes(batches), runs, out)
+        return
     if instance_type is not None:
         for name in ("batches", "runs", "device"):
             given = ctx.get_parameter_source(name)
@@ -75,12 +89,7 @@ def profile(
     from bouncer.runner import ModelLoadError, ModelRunner
     from mark.control import resolve_source
 
-    try:
-        sizes = sorted({int(b) for b in batches.split(",")})
-    except ValueError:
-        fail(f"--batches must be comma-separated integers, got {batches!r}")
-    if not sizes or sizes[0] < 1:
-        fail("--batches needs positive sizes")
+    sizes = _sizes(batches)
     if device not in (None, "auto", "cpu", "cuda"):
         fail(f"--device must be auto, cpu or cuda, got {device!r}")
     on_type = ec2_instance_type()
@@ -129,6 +138,74 @@ def profile(
         )
     else:
         console.print(f"labelled instance_type {on_type!r}: measured on this EC2 instance")
+
+
+def _sizes(batches: str) -> list[int]:
+    try:
+        sizes = sorted({int(b) for b in batches.split(",")})
+    except ValueError:
+        fail(f"--batches must be comma-separated integers, got {batches!r}")
+    if not sizes or sizes[0] < 1:
+        fail("--batches needs positive sizes")
+    return sizes
+
+
+def _on_spill(
+    settings: Settings, spec: ModelSpec, sizes: list[int], runs: int, out: Path | None
+) -> None:
+    """``--spill``: time the world's spill function, merge its entry into the profile file."""
+    from mark.control import resolve_source
+    from mark.errors import MarkError
+    from mark.profile_files import spill_profile_type
+    from mark.spill_profile import measure_spill, spill_function
+
+    contract = spec.contract(resolve_source(spec, settings.data_dir))
+    kind = spill_profile_type(settings.spill_memory_mb)
+
+    async def measure(advance: Callable[[], None]) -> dict[int, float]:
+        async with spill_function(settings, spec, contract) as fn:
+            return await measure_spill(fn, contract, sizes, runs, advance)
+
+    try:
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task(f"timing {spec.name} on {kind}", total=len(sizes) * (runs + 1))
+            table = run_async(cancelled_on_sigterm(measure(lambda: bar.advance(task))))
+    except (MarkError, ValueError) as exc:
+        fail(f"could not time the spill function: {exc}")
+    shown = Table(title=f"{spec.name} on the spill function ({kind}, {settings.world} world)")
+    for col in ("batch", "round trip ms", "ms per request"):
+        shown.add_column(col, justify="right")
+    for b, t in table.items():
+        shown.add_row(str(b), f"{t * 1000:.1f}", f"{t * 1000 / b:.1f}")
+    console.print(shown)
+    entry = {
+        "model": spec.name,
+        "instance_type": kind,
+        "measured_at": time.time(),
+        "batch_latency_s": {str(b): t for b, t in table.items()},
+        "hardware": {"spill_function": settings.world, "memory_mb": settings.spill_memory_mb},
+    }
+    path = out or spec.profile or settings.data_dir / "profiles" / f"{spec.name}.json"
+    _merge(path, entry)
+    if spec.profile is None or path.resolve() != spec.profile.resolve():
+        console.print(f"set the model's profile to {path} for its spill to go in batches")
+
+
+def _merge(path: Path, entry: dict[str, Any]) -> None:
+    """Write ``entry`` into the profile file at ``path``, replacing the one of the same
+    model and type and keeping the others (an instance profile beside the spill's)."""
+    entries: list[dict[str, Any]] = []
+    if path.exists():
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError as exc:
+            fail(f"{path} is not JSON ({exc}); pass --out to write elsewhere")
+        if isinstance(doc, dict) and "schema" in doc:
+            fail(f"{path} is the paper's profile file; pass --out to write elsewhere")
+        entries = doc if isinstance(doc, list) else doc.get("profiles", [doc])
+    key = (entry["model"], entry["instance_type"])
+    kept = [e for e in entries if (e.get("model"), e.get("instance_type")) != key]
+    _write(path, {"profiles": [*kept, entry]})
 
 
 def _gpu_name(choice: DeviceChoice | None) -> str | None:

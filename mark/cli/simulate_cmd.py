@@ -398,6 +398,14 @@ def simulate(
         "kept while its volume costs less than the boot a start spares (the daemon's "
         "default, timings.warm_start_s; --no-warm-pool: terminated)",
     ),
+    spill_batching: bool = typer.Option(
+        True,
+        "--spill-batching/--no-spill-batching",
+        help="spill in batches the function finishes by their deadlines, sized from its "
+        "batch curve where the model has one (mark/sim/models.py; the daemon's: the "
+        "lambda-<memory>mb entry of the model's profile); --no-spill-batching: one request "
+        "per invocation",
+    ),
     pooled_capacity: str = typer.Option(
         "auto",
         help="mark policies: the daemon's planner.pooled_capacity, auto | true | false "
@@ -459,6 +467,7 @@ def simulate(
         cooldown_s=cooldown_s,
         volume_gb=volume_gb,
         warm_pool=warm_pool,
+        spill_batching=spill_batching,
         pooled_capacity=parse_pooled(pooled_capacity),
         capacity_target=capacity_target,
     )

@@ -117,6 +117,12 @@ class Settings(BaseSettings):
     budget: BudgetSpec = BudgetSpec()
     control: ControlSpec = ControlSpec()
 
+    @property
+    def spill_memory_mb(self) -> int:
+        """The spill function's memory in this world: as deployed (aws), or the local
+        Lambda's runtimes'."""
+        return self.aws.spill_memory_mb if self.world == "aws" else self.local.lambda_memory_mb
+
     @field_validator("database_url")
     @classmethod
     def _db_url(cls, v: str | None) -> str | None:

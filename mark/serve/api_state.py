@@ -14,6 +14,7 @@ from bouncer.wire import SERVED_BY_HEADER, dump_json
 from mark.config import ModelSpec, Settings
 from mark.identity import frontend_id
 from mark.ports import Serverless
+from mark.profile_files import spill_batches
 from mark.serve.auth import sees_internals
 from mark.serve.codec import BadRequest
 from mark.serve.dispatcher import Dispatcher, Outcome
@@ -143,6 +144,7 @@ def model_request_path(
         serverless,
         tel,
         budget=budget,
+        spill_batches=spill_batches(m.profile, m.name, settings.spill_memory_mb),
     )
     disp.start()
     return Served(m, disp, tel)

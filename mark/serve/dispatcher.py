@@ -66,11 +66,12 @@ from typing import Any, Protocol
 import aiohttp
 import numpy as np
 
+from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
 from bouncer.routing import (
-    SPILL_CHUNK,
     due_at,
     pick,
+    spill_cap,
     window_end,
 )
 from bouncer.wire import (
@@ -115,10 +116,13 @@ class Dispatcher(InFlight, Spilling):
         give_up_after_s: float | None = None,
         spill_timeout_s: float = SPILL_TIMEOUT_S,
         budget: MissBudget | None = None,
+        spill_batches: BatchLatency | None = None,
     ) -> None:
         """``give_up_after_s`` defaults to ``outcome_bound_s`` + one grace (module docstring);
         ``budget``: the SLO's miss budget, asked before each spill for want of capacity
-        (None: never decline)."""
+        (None: never decline); ``spill_batches``: the spill function's measured batch
+        latency, which sizes its invocations (``bouncer.routing.spill_chunks``; None: one
+        request each)."""
         self.model = model
         self.rt_max_s = rt_max_s
         self.dtype = dtype
@@ -129,6 +133,7 @@ class Dispatcher(InFlight, Spilling):
         self.grace_s = max(rt_max_s, GRACE_FLOOR_S)
         self.spill_timeout_s = spill_timeout_s
         self.budget = budget
+        self.spill_batches = spill_batches
         self.give_up_after_s = (
             self.outcome_bound_s + self.grace_s if give_up_after_s is None else give_up_after_s
         )
@@ -343,7 +348,7 @@ class Dispatcher(InFlight, Spilling):
             backend = self._pick()
             if backend is None:
                 batch = [first]
-                while not self._queue.empty() and len(batch) < SPILL_CHUNK:
+                while not self._queue.empty() and len(batch) < spill_cap(self.spill_batches):
                     batch.append(self._queue.get_nowait())
                 self._spill(batch, "no-backend")
                 continue

@@ -8,10 +8,11 @@ import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
-from bouncer.routing import SPILL_CHUNK
+from bouncer.routing import spill_chunks
 from mark.ports import Serverless
-from mark.serve.flight import DECLINED, Outcome, Queued, row_plain
+from mark.serve.flight import DECLINED, Outcome, Queued, row_plain, row_shape
 from mark.serve.telemetry import Telemetry
 
 SHUTTING_DOWN = "mark is shutting down"
@@ -33,6 +34,7 @@ class Spilling:
     serverless: Serverless | None
     telemetry: Telemetry | None
     budget: MissBudget | None
+    spill_batches: BatchLatency | None
     spill_timeout_s: float
     give_up_after_s: float
     _may_spill: bool
@@ -98,9 +100,16 @@ class Spilling:
             return
         if self.telemetry is not None:
             self.telemetry.spilled(cause, len(todo), instance_type)
-        # Invocations run side by side, as Lambda scales out per concurrent request.
-        for s in range(0, len(todo), SPILL_CHUNK):
-            self._spawn(self._invoke(self.serverless, todo[s : s + SPILL_CHUNK]))
+        # Invocations run side by side, as Lambda scales out per concurrent request; each
+        # takes rows of one shape (a batch is one array), as many as the function's batch
+        # curve finishes by their deadlines.
+        shapes: dict[tuple[Any, ...], list[Queued]] = {}
+        for r in todo:
+            shapes.setdefault(row_shape(r.row), []).append(r)
+        now = self.clock()
+        for rows in shapes.values():
+            for part in spill_chunks(now, [r.deadline for r in rows], self.spill_batches):
+                self._spawn(self._invoke(self.serverless, [rows[i] for i in part]))
 
     async def _invoke(self, serverless: Serverless, chunk: list[Queued]) -> None:
         """One invocation; every request in it ends, with an output or an explicit error."""

@@ -16,9 +16,10 @@ The world, as the simulator prices it (``SimWorld.result``)
   batch of ``n`` takes ``T_n`` from the model's profile, and ``n`` is at most
   ``max(PROFILE_BATCHES)`` (``serving_batching`` only picks from those sizes).
   A request is within the SLO when it is answered within RT_max of arriving.
-- Lambda runs a chunk of ``k`` requests for ``k·T_1``, at most ``concurrency``
+- Lambda runs a chunk of ``k`` requests for ``T_λ(k)`` (``SimModel.lambda_latency``:
+  ``k·T_1``, or the model's batch curve where it has one), at most ``concurrency``
   environments at once, and bills each chunk ``ceil(ms)·GB`` plus a fee per
-  request.
+  invocation.
 - The SLO: at least SL_min of the window's requests answered within RT_max,
   i.e. at most ``(1 − SL_min)·N`` missed.
 
@@ -62,16 +63,19 @@ into its slot add ``(δ−ξ)/δ`` to ``a`` and ``ξ/δ`` to ``b``. Then:
 
 1. *Cost.* A run billed ``max(60, L)`` has ``max(60, L + RT_max) ≤ κ·max(60, L)``,
    so the EC2 bill is ≥ ``Σ price·∫B/(3600κ)`` = the LP's first term. A Lambda
-   request costs at least ``c_λ = T_λ·GB·rate + fee`` (ceil only adds).
+   request answered in time rides a chunk of some ``k`` with ``T_λ(k) ≤ RT_max``,
+   whose share per request is ``(T_λ(k)·GB·rate + fee)/k`` (ceil only adds): at
+   least ``c_λ``, the least of those over such ``k``.
 2. *Capacity.* Give each in-time request of a batch of ``n`` the share
    ``|batch ∩ slot|/T_n`` of each slot its batch overlaps. A batch that answers
    any request in time has ``T_n ≤ RT_max`` so ``n/T_n ≤ μ_o``, and an instance
    runs one batch at a time inside its extended run: the shares in slot ``v``
    are ≤ ``μ_o·∫_v R_o``. A request of slot ``w`` is worked on only in
    ``[start of w, end of w + RT_max)``, i.e. slots ``w..w+h``. Lambda the same
-   way: a request answered in time holds one of at most C environments for at
-   least ``T_λ`` (a cold start only adds; a queued invocation waits for a free
-   one), so at most ``δ·C/T_λ`` per slot.
+   way: a request answered in time holds one of at most C environments, in a chunk
+   of ``k`` for ``T_λ(k) ≤ RT_max`` (a cold start only adds; a queued invocation
+   waits for a free one), so at most ``δ·C·μ_λ`` per slot, ``μ_λ`` the best such
+   ``k/T_λ(k)``.
 3. *Growth.* ``R(τ') − R(τ) ≤`` starts in ``(τ, τ']``. Averaged over ``τ`` in
    slot ``u−1`` and ``τ'`` in slot ``u``, a start at offset ``ξ`` of slot ``u``
    counts ``(δ−ξ)/δ = a`` and one at offset ``ξ`` of slot ``u−1`` counts
@@ -189,6 +193,7 @@ from numpy.typing import NDArray
 from scipy.optimize import OptimizeResult, linprog
 from scipy.sparse import coo_matrix, csr_matrix, vstack
 
+from bouncer.routing import spill_cap
 from mark.billing import EC2_MINIMUM_S
 from mark.catalog import Catalog, Market
 from mark.errors import UnknownOffering
@@ -241,8 +246,14 @@ class BoundOffering:
 @dataclass(frozen=True)
 class LambdaTerms:
     latency_s: float  # T_1 of one request on Lambda, warm
-    cost_per_request: float  # at least this per request: T_1 × GB × $/GB-s + the request fee
+    cost_per_request: float  # at least this per request (``lambda_terms``)
     concurrency: int
+    env_rate_rps: float | None = None
+    """The most requests per second one environment answers in time, μ_λ (None: 1/T_1)."""
+
+    @property
+    def rate_per_env(self) -> float:
+        return self.env_rate_rps if self.env_rate_rps is not None else 1.0 / self.latency_s
 
 
 @dataclass(frozen=True)
@@ -359,11 +370,21 @@ def bound_offerings(
 def lambda_terms(
     model: SimModel, catalog: Catalog, memory_mb: int, concurrency: int
 ) -> LambdaTerms:
-    """What one request on the simulated Lambda costs at least, and how many run at once."""
+    """What one request on the simulated Lambda costs at least, and how many it answers
+    at once: over the chunk sizes ``k`` it can run (up to the largest its batch curve was
+    measured at, one without a curve) whose ``T_λ(k)`` is within RT_max (all of them where
+    none is, so a model Lambda cannot answer in time keeps T_1's terms), the least
+    price per request and the most requests per second per environment."""
     prices = catalog.lambda_prices
     t1 = model.lambda_latency(1)
-    cost = t1 * memory_mb / 1024.0 * prices.per_gb_second_x86 + prices.per_request
-    return LambdaTerms(t1, cost, concurrency)
+    largest = spill_cap(model.lambda_batches)
+    in_time = model.rt_max_s + SLO_EPS_S
+    sizes = [k for k in range(1, largest + 1) if model.lambda_latency(k) <= in_time]
+    sizes = sizes or [1]
+    gb_rate = memory_mb / 1024.0 * prices.per_gb_second_x86
+    cost = min((model.lambda_latency(k) * gb_rate + prices.per_request) / k for k in sizes)
+    rate = max(k / model.lambda_latency(k) for k in sizes)
+    return LambdaTerms(t1, cost, concurrency, rate)
 
 
 def slot_counts(
@@ -649,7 +670,7 @@ def system_bound(
     n_rows += n_cap
     if use_lambda and lam is not None:
         add(n_rows + w_idx + j_idx, y_c[w_idx, j_idx], 1.0)
-        b_ub.append(np.full(n_cap, slot_s * lam.concurrency / lam.latency_s))
+        b_ub.append(np.full(n_cap, slot_s * lam.concurrency * lam.rate_per_env))
         n_rows += n_cap
     floor_rows = 0
     if batch_floor is not None and opts:

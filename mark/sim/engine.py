@@ -6,7 +6,8 @@ the instance that would finish it soonest (``pick``); a batch for that
 instance fills until N_batch or until W_batch has passed since that request
 arrived (``fill``); the instance's Bouncer (``bouncer.admission.Backlog``, the
 queue state the agent keeps) admits what it can finish by the deadline; the
-rest spill at once to the simulated Lambda in chunks of ``SPILL_CHUNK``, less
+rest spill at once to the simulated Lambda in the invocations ``spill_chunks``
+makes of them (one each without the function's batch curve), less
 what the SLO's miss budget declines (``bouncer.miss_budget``, as the dispatcher
 asks it; ``DECLINED``, latency inf).
 Without a Bouncer (SageMaker-style serving, the no-Lambda ablation) an
@@ -39,7 +40,7 @@ from numpy.typing import NDArray
 from bouncer.admission import Admission, Backlog
 from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
-from bouncer.routing import SPILL_CHUNK, fill, pick
+from bouncer.routing import fill, pick, spill_cap, spill_chunks
 from mark.sim.serverless import SimLambda
 
 UNSERVED, INSTANCE, LAMBDA, FAILED, DECLINED = 0, 1, 2, 3, 4
@@ -136,14 +137,19 @@ class Engine:
         bouncer: bool = True,
         timeout_s: float | None = None,
         budget: MissBudget | None = None,
+        spill_batches: BatchLatency | None = None,
     ) -> None:
         """``timeout_s``: a response later than this after arrival fails (None: never);
         ``budget``: the SLO's miss budget, spent declining what would spill
-        (``bouncer.miss_budget``; None: never decline)."""
+        (``bouncer.miss_budget``; None: never decline); ``spill_batches``: the spill
+        function's batch latency, which sizes its invocations (``spill_chunks``; None:
+        one request each)."""
         self.arr = arrivals
         self.rt = rt_max_s
         self.lam = lam
         self.lambda_latency = lambda_latency
+        self.spill_batches = spill_batches
+        self._spill_take = spill_cap(spill_batches)
         self.bouncer = bouncer
         self.timeout = math.inf if timeout_s is None else timeout_s
         self.lat = np.full(arrivals.shape[0], np.nan)
@@ -194,7 +200,7 @@ class Engine:
             srv = pick(now, [pool.candidate(now) for pool in pools.values()])
             if srv is None:
                 m = k + 1
-                while m < n_seg and m - k < SPILL_CHUNK and seg[m] <= now:
+                while m < n_seg and m - k < self._spill_take and seg[m] <= now:
                     m += 1
                 self._spill(now, seg, range(k, m), lat, where)
                 t_free = now
@@ -271,8 +277,9 @@ class Engine:
             todo = todo[n:]
         missed = 0
         rt = self.rt
-        for c in range(0, len(todo), SPILL_CHUNK):
-            chunk = todo[c : c + SPILL_CHUNK]
+        parts = spill_chunks(now, [seg[x] + rt for x in todo], self.spill_batches)
+        for part in parts:
+            chunk = [todo[c] for c in part]
             end = (
                 None
                 if self.lam is None

@@ -7,8 +7,11 @@ the profiles do not give, derived by a stated rule:
 - **Lambda latency.** Table 2 measured Lambda (3 GB) at 380 ms for
   Inception-v3 and 3.1 s for OpenNMT-ende; those are used as they are. For the
   other models T_1 on Lambda is 1.81 × their c5.large T_1 (the Inception-v3
-  ratio 380/210). A spilled chunk of k requests runs one after the other
-  (k × T_1): a Lambda has 2 vCPUs and CPU batching buys little.
+  ratio 380/210). A batch of k on Lambda takes T_1 × the ratio T_k / T_1 measured
+  on two CPU threads of this repository's machine where one was
+  (``data/lambda-batch-shapes.json``, made by ``experiments/spill/lambda_shape.py``:
+  LSTM-ptb), up to the largest batch measured; elsewhere k × T_1, and spill goes one
+  request per invocation.
 - **c5.large T_1** where only c5.xlarge was profiled: × 1.725, the
   Inception-v3 ratio of the two capacities (490/284 r/min).
 - **Burstable standbys** (t3) run at c5.large speed per 2 vCPUs while they hold
@@ -27,8 +30,11 @@ with it; its ``source`` names the profile, never a file that is loaded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 
 from bouncer.latency import BatchLatency
 from mark.catalog import load_hosting_prices
@@ -81,7 +87,14 @@ class SimModel:
             slo=SLO(rt_max_ms=self.rt_max_s * 1000.0, sl_min=self.sl_min),
         )
 
+    lambda_batches: BatchLatency | None = None
+    """The spill function's batch latency at ``lambda_memory_mb`` where a batch curve is
+    known (``LAMBDA_BATCH_SHAPES``): it sizes batched spill (``bouncer.routing.spill_chunks``)
+    and times each invocation. None: k × T_1, and one request per invocation."""
+
     def lambda_latency(self, k: int) -> float:
+        if self.lambda_batches is not None:
+            return self.lambda_batches(k)
         return self.lambda_t1_s * k
 
     def standby_latency(self, vcpus: int) -> BatchLatency:
@@ -96,6 +109,29 @@ def _c5_large_t1(profile: ModelProfile, curves: Mapping[str, BatchLatency]) -> f
     if "c5.xlarge" in curves:
         return curves["c5.xlarge"](1) * C5_LARGE_OVER_XLARGE
     raise ConfigError(f"{profile.model}: no CPU profile to derive Lambda and standby speed from")
+
+
+@cache
+def lambda_batch_shapes() -> dict[str, dict[int, float]]:
+    """Per model, T_k / T_1 on two CPU threads (``data/lambda-batch-shapes.json``)."""
+    doc = json.loads(
+        resources.files("mark.sim").joinpath("data/lambda-batch-shapes.json").read_text()
+    )
+    return {
+        name: {int(k): float(r) for k, r in shape["ratio"].items()}
+        for name, shape in doc["shapes"].items()
+    }
+
+
+def lambda_curve(name: str, t1_s: float) -> BatchLatency | None:
+    """The spill function's batch curve for ``name`` with T_1 ``t1_s``, where a shape was
+    measured."""
+    shape = lambda_batch_shapes().get(name)
+    return (
+        None
+        if shape is None
+        else BatchLatency.from_mapping({k: t1_s * r for k, r in shape.items()})
+    )
 
 
 def current_types(types: Iterable[str]) -> list[str]:
@@ -129,6 +165,7 @@ def paper_model(name: str) -> SimModel:
         sl_min=sl_min,
         latency=curves,
         lambda_t1_s=lam,
+        lambda_batches=lambda_curve(name, lam),
         standby_t1_s=c5l,
         notes=(
             f"profile {key!r} from the paper's code; types {', '.join(sorted(curves))}"

@@ -43,7 +43,8 @@ class SimLambda:
     _idle: deque[float] = field(default_factory=deque)  # freed-at times, ascending
 
     def invoke(self, now: float, requests: int, duration_s: float) -> float | None:
-        """Run one invocation at ``now``; returns when it answers, or None if throttled."""
+        """Run one invocation of ``requests`` at ``now``; returns when it answers, or None
+        if throttled."""
         busy, idle = self._busy, self._idle
         while busy and busy[0] <= now:
             idle.append(heapq.heappop(busy))
@@ -63,7 +64,8 @@ class SimLambda:
             start = now + self.cold_start_s
         end = start + duration_s
         heapq.heappush(busy, end)
-        charge = lambda_charge(self.prices, duration_s * 1000.0, self.memory_mb, requests)
+        # Lambda bills the invocation, whatever batch of requests it carries.
+        charge = lambda_charge(self.prices, duration_s * 1000.0, self.memory_mb, 1)
         self.invocations += 1
         self.requests += requests
         self.cost += charge.cost

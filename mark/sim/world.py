@@ -126,6 +126,10 @@ class SimConfig:
     # mark policies: how long an instance the plan no longer wants stays before it is
     # retired (the daemon's timings.cooldown_s; None: its default, the boot time).
     cooldown_s: float | None = None
+    spill_batching: bool = True
+    """Spill in batches sized from the function's batch curve, where the model has one
+    (``SimModel.lambda_batches``, ``bouncer.routing.spill_chunks``); False: one request
+    per invocation."""
     warm_pool: bool = True
     """mark policies: retired on-demand instances are stopped into a warm pool and started
     (``standby_start_s``) before any launch of their type, as the daemon does by default
@@ -222,6 +226,7 @@ class SimWorld:
             bouncer=policy.spill,
             timeout_s=cfg.sagemaker_invocation_timeout_s if self.hosting is not None else None,
             budget=self._miss_budget(),
+            spill_batches=model.lambda_batches if cfg.spill_batching else None,
         )
         boot = cfg.boot_s if fleet_boot_s is None else fleet_boot_s
         self.fleet = SimFleet(
@@ -240,7 +245,7 @@ class SimWorld:
         self.interruptions = 0  # spot interruptions delivered
         self._servers: dict[str, Server] = {}
         self._batching: dict[tuple[str, BatchLatency, int], tuple[int, float]] = {}
-        self._lambda_at_t0 = (0.0, 0, 0)  # cost, cold starts, throttled invocations
+        self._lambda_at_t0 = (0.0, 0, 0, 0)  # cost, cold starts, throttled, invocations
         self._window_counts = self._count_windows()
 
     # -- the load ------------------------------------------------------------
@@ -354,7 +359,12 @@ class SimWorld:
         had so far, are warm-up, not counted (as the requests before ``t0`` are not). The
         miss budget starts again: the window's SLO is judged on its requests alone, so
         the warm-up's allowance must not pay for the window's declines."""
-        self._lambda_at_t0 = (self.lam.cost, self.lam.cold_starts, self.lam.throttled)
+        self._lambda_at_t0 = (
+            self.lam.cost,
+            self.lam.cold_starts,
+            self.lam.throttled,
+            self.lam.invocations,
+        )
         if self.engine.budget is not None:
             self.engine.budget = self._miss_budget()
 
@@ -412,12 +422,13 @@ class SimWorld:
                 costs["ebs"] += ebs_charge(
                     self.cfg.volume_gb, self.catalog.ebs_gb_month, start, end
                 )
-        cost0, cold0, throttled0 = self._lambda_at_t0
+        cost0, cold0, throttled0, calls0 = self._lambda_at_t0
         costs["lambda"] = self.lam.cost - cost0
         first = int(np.searchsorted(self.arrivals, self.t0, "left"))
         where = self.engine.where[first:]
         extras: Extra = {
             "lambda_cold_starts": self.lam.cold_starts - cold0,
+            "lambda_invocations": self.lam.invocations - calls0,
             "lambda_throttled": self.lam.throttled - throttled0,
             "interruptions": self.interruptions,
             "declined": int(np.count_nonzero(where == DECLINED)),

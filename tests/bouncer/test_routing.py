@@ -8,7 +8,16 @@ import pytest
 
 from bouncer.admission import Backlog
 from bouncer.latency import BatchLatency
-from bouncer.routing import allowance_after, due_at, fill, finish_if_sent, pick, window_end
+from bouncer.routing import (
+    allowance_after,
+    due_at,
+    fill,
+    finish_if_sent,
+    pick,
+    spill_cap,
+    spill_chunks,
+    window_end,
+)
 
 
 @dataclass
@@ -89,3 +98,41 @@ def test_the_transport_allowance_ignores_early_results_and_is_capped() -> None:
     for _ in range(50):
         a = allowance_after(a, 10.0, cap_s=0.25)  # a stall is not a transport time
     assert a <= 0.25
+
+
+# A spill function whose batch of 4 takes 2.2 T_1 (measured up to 8).
+SPILL = BatchLatency.from_mapping({1: 0.1, 2: 0.15, 4: 0.22, 8: 0.4})
+
+
+def test_spilled_requests_share_invocations_the_function_finishes_by_their_deadlines() -> None:
+    deadlines = [1.30, 1.25, 1.20, 1.40, 1.35]
+    chunks = spill_chunks(1.0, deadlines, SPILL)
+    # Every request in exactly one invocation, taken in deadline order.
+    assert sorted(i for c in chunks for i in c) == [0, 1, 2, 3, 4]
+    assert [i for c in chunks for i in c] == sorted(range(5), key=deadlines.__getitem__)
+    for c in chunks:
+        assert 1.0 + SPILL(len(c)) <= min(deadlines[i] for i in c) + 1e-12
+    # The earliest deadline (1.20) allows 0.20 s: a chunk of 3 (0.185 s), not 4 (0.22 s);
+    # the other two then fit one more invocation.
+    assert [len(c) for c in chunks] == [3, 2]
+
+
+def test_a_chunk_never_outgrows_the_largest_batch_measured() -> None:
+    chunks = spill_chunks(0.0, [10.0] * 20, SPILL)
+    assert spill_cap(SPILL) == 8
+    assert [len(c) for c in chunks] == [8, 8, 4]
+
+
+def test_a_request_that_misses_even_alone_goes_alone() -> None:
+    assert spill_chunks(1.0, [1.05, 1.06, 1.07], SPILL) == [[0], [1], [2]]
+
+
+def test_a_chunk_grows_only_while_one_more_request_costs_no_more_than_its_own_call() -> None:
+    # Superlinear past 2 (T_3 = 0.35 > T_2 + T_1): batching 3 would cost more than 2 + 1.
+    worse = BatchLatency.from_mapping({1: 0.1, 2: 0.2, 3: 0.35})
+    assert [len(c) for c in spill_chunks(0.0, [5.0] * 6, worse)] == [2, 2, 2]
+
+
+def test_without_a_batch_curve_every_spilled_request_is_its_own_invocation() -> None:
+    assert spill_cap(None) == 1
+    assert spill_chunks(0.0, [3.0, 1.0, 2.0], None) == [[1], [2], [0]]

@@ -315,6 +315,32 @@ def test_profile_times_real_inference_and_tunes_batching(tmp_path: Path) -> None
     assert bad.returncode == 2 and "comma-separated integers" in bad.stderr
 
 
+def test_profile_spill_times_the_local_lambda_and_keeps_the_instance_profile(
+    tmp_path: Path,
+) -> None:
+    out_file = tmp_path / "p.json"
+    env = {"MARK_DATA_DIR": str(tmp_path)}
+    first = run("profile", "--runs", "1", "--batches", "1", "--out", str(out_file), env=env)
+    assert first.returncode == 0, first.stderr
+    out = run(
+        "profile", "--spill", "--runs", "2", "--batches", "1,4", "--out", str(out_file), env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert "(lambda-2048mb, local world)" in out.stdout  # the title, wrapped
+    entries = json.loads(out_file.read_text())["profiles"]
+    kinds = {e["instance_type"]: e for e in entries}
+    assert len(entries) == 2 and "lambda-2048mb" in kinds  # the instance profile kept
+    assert set(kinds["lambda-2048mb"]["batch_latency_s"]) == {"1", "4"}
+    again = run(
+        "profile", "--spill", "--runs", "1", "--batches", "2", "--out", str(out_file), env=env
+    )
+    assert again.returncode == 0, again.stderr
+    kinds = {e["instance_type"]: e for e in json.loads(out_file.read_text())["profiles"]}
+    assert len(kinds) == 2 and set(kinds["lambda-2048mb"]["batch_latency_s"]) == {"2"}
+    both = run("profile", "--spill", "--type", "c5.large")
+    assert both.returncode == 2 and "--spill times the spill function" in both.stderr
+
+
 def test_config_check_says_which_types_a_model_cannot_use(tmp_path: Path) -> None:
     out = run("config", "check")
     assert out.returncode == 0, out.stderr

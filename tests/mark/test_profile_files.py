@@ -17,7 +17,13 @@ from bouncer.latency import BatchLatency
 from mark.catalog import Catalog, load_catalog
 from mark.config import ModelSpec, load_settings
 from mark.control.profiles import rate_options
-from mark.profile_files import ec2_instance_type, load_profile_file, this_hardware
+from mark.profile_files import (
+    ec2_instance_type,
+    load_profile_file,
+    spill_batches,
+    this_hardware,
+    unrated_entries,
+)
 from mark.state import open_store
 from mark.world import World
 
@@ -107,3 +113,19 @@ def test_the_hardware_recorded() -> None:
     hw = this_hardware("cpu, 1 intra-op thread")
     assert hw["vcpus"] >= 1 and hw["cpu"] and hw["device"] == "cpu, 1 intra-op thread"
     assert hw["gpu"] is None
+
+
+def test_a_spill_entry_sizes_spill_at_its_memory_and_rates_no_type(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    entries = [
+        {"model": "m", "instance_type": "c5.large", "batch_latency_s": {"1": 0.01}},
+        {"model": "m", "instance_type": "lambda-2048mb", "batch_latency_s": {"1": 0.05, "8": 0.1}},
+    ]
+    path.write_text(json.dumps({"profiles": entries}))
+    assert spill_batches(path, "m", 2048) == BatchLatency(((1, 0.05), (8, 0.1)))
+    assert spill_batches(path, "m", 3008) is None  # measured at another memory size
+    assert spill_batches(None, "m", 2048) is None
+    rates = load_profile_file(path, "m")
+    # Not an instance type, and not a stray label either: nothing to warn about.
+    assert unrated_entries(rates, load_catalog().types) == []
+    assert unrated_entries({"local": BatchLatency(((1, 0.1),))}, load_catalog().types) == ["local"]

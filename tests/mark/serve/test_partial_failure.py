@@ -3,7 +3,8 @@ and the rows that succeeded are kept; what still fails is a 503 with ``Retry-Aft
 names the rows (``mark.serve.endpoint``'s docstring says why, for V1 and V2 alike).
 
 The spill function here fails chosen rows (a row is known by its first value); each
-spilled row is its own invocation (``SPILL_CHUNK``), so a request's rows fail apart.
+spilled row is its own invocation (no spill batch curve: ``spill_chunks``), so a request's
+rows fail apart.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from bouncer.miss_budget import MissBudget
-from bouncer.routing import SPILL_CHUNK
+from bouncer.routing import spill_chunks
 from mark.config import load_settings
 from mark.errors import SpillError
 from mark.ports import SpillResult
@@ -89,7 +90,8 @@ def _image(value: float) -> list[list[list[float]]]:
 
 
 def test_each_spilled_row_is_its_own_invocation() -> None:
-    assert SPILL_CHUNK == 1  # what lets the rows of a request fail apart here
+    # What lets the rows of a request fail apart here: no curve, one row per invocation.
+    assert spill_chunks(0.0, [1.0, 1.0, 1.0], None) == [[0], [1], [2]]
 
 
 async def _v1(api: Api, values: Sequence[float]) -> tuple[int, dict[str, Any], str | None]:

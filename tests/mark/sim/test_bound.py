@@ -442,7 +442,7 @@ EPOCH = 1_700_000_000.0
 HISTORY_S = 2 * 3600
 
 
-def _tiny_model(lambda_t1_s: float = 0.4) -> SimModel:
+def _tiny_model(lambda_t1_s: float = 0.4, lambda_batches: BatchLatency | None = None) -> SimModel:
     return SimModel(
         name="tiny",
         rt_max_s=0.6,
@@ -452,6 +452,7 @@ def _tiny_model(lambda_t1_s: float = 0.4) -> SimModel:
             "c5.xlarge": BatchLatency(((1, 0.1), (4, 0.25))),
         },
         lambda_t1_s=lambda_t1_s,
+        lambda_batches=lambda_batches,
         standby_t1_s=0.2,
     )
 
@@ -476,12 +477,46 @@ def _loads(draw: st.DrawFn) -> np.ndarray:
 )
 @given(load=_loads(), seed=st.integers(0, 100))
 async def test_no_simulated_policy_costs_less_than_the_bound(load: np.ndarray, seed: int) -> None:
+    await _no_policy_below_the_bound(load, seed, _tiny_model())
+
+
+# A spill function that answers a batch of 4 in 0.55 s (1.4 T_1): the runs spill in batches.
+BATCHED_LAMBDA = BatchLatency.from_mapping({1: 0.4, 2: 0.45, 4: 0.55})
+
+
+@settings(
+    max_examples=3,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(load=_loads(), seed=st.integers(0, 100))
+async def test_no_policy_spilling_in_batches_costs_less_than_the_bound(
+    load: np.ndarray, seed: int
+) -> None:
+    await _no_policy_below_the_bound(load, seed, _tiny_model(lambda_batches=BATCHED_LAMBDA))
+
+
+def test_the_bound_prices_lambda_at_its_cheapest_batch_within_rt_max() -> None:
+    cat = load_catalog()
+    prices = cat.lambda_prices
+    gb = 2.0 * prices.per_gb_second_x86
+    lam = lambda_terms(_tiny_model(lambda_batches=BATCHED_LAMBDA), cat, 2048, 10)
+    # Within RT_max 0.6 s every size up to 4 runs; 4 is cheapest per request and fastest.
+    assert lam.cost_per_request == pytest.approx((0.55 * gb + prices.per_request) / 4)
+    assert lam.rate_per_env == pytest.approx(4 / 0.55)
+    alone = lambda_terms(_tiny_model(), cat, 2048, 10)
+    assert alone.cost_per_request == pytest.approx(0.4 * gb + prices.per_request)
+    assert alone.rate_per_env == pytest.approx(1 / 0.4)
+
+
+async def _no_policy_below_the_bound(load: np.ndarray, seed: int, model: SimModel) -> None:
     seconds = int(load.size)
     per_second = np.concatenate([np.full(HISTORY_S, max(float(load[0]), 1.0)), load])
     w = Workload("random", per_second, EPOCH, HISTORY_S, seconds)
     cfg = SimConfig(warmup_s=300, seed=seed, boot_s=60, milp_time_limit_s=5)
     names = ("mark", "mark-spot", "sagemaker", "clairvoyant")
-    results = await compare(w, _tiny_model(), [POLICIES[n] for n in names], cfg, forecaster=None)
+    results = await compare(w, model, [POLICIES[n] for n in names], cfg, forecaster=None)
     for r in results:
         assert r.bound is not None
         if r.missed > r.bound.miss_budget:

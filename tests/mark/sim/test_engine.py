@@ -148,3 +148,27 @@ def test_late_answers_use_the_budget_before_anything_is_declined() -> None:
     eng.serve_until(10.0)
     assert (eng.where == DECLINED).sum() == 0
     assert (eng.where[600:] == LAMBDA).sum() == 1 and eng.where[600] == INSTANCE
+
+
+def test_spill_goes_in_batches_the_function_finishes_by_the_deadlines() -> None:
+    # No instance; six requests arrive together, RT_max 1 s, warm Lambda whose batch of 4
+    # takes 0.3 s (of 1 alone 0.1 s). Unbatched: six invocations of 0.1 s. Batched: the
+    # engine takes what waits (up to the 4 measured) into one invocation, then the rest.
+    prices = load_catalog().lambda_prices
+    curve = BatchLatency.from_mapping({1: 0.1, 2: 0.15, 4: 0.3})
+    arrivals = [0.0] * 6
+    runs = {}
+    for batched in (False, True):
+        lam = SimLambda(prices, memory_mb=1024, cold_start_s=0.0)
+        eng = Engine(np.array(arrivals), 1.0, lam, curve, spill_batches=curve if batched else None)
+        eng.set_servers([])
+        eng.serve_until(10.0)
+        assert eng.where.tolist() == [LAMBDA] * 6
+        assert float(eng.lat.max()) <= 1.0
+        runs[batched] = (lam.invocations, lam.requests, lam.cost, eng.lat.tolist())
+    assert runs[False][:2] == (6, 6)
+    assert runs[True][:2] == (2, 6)  # a batch of 4, then the 2 left
+    assert runs[True][3] == pytest.approx([0.3] * 4 + [0.15] * 2)
+    # Billed per invocation: 0.3 + 0.15 GB-s and two fees, against 0.6 GB-s and six.
+    assert runs[True][2] == pytest.approx(0.45 * prices.per_gb_second_x86 + 2 * prices.per_request)
+    assert runs[False][2] == pytest.approx(0.6 * prices.per_gb_second_x86 + 6 * prices.per_request)
