@@ -295,7 +295,11 @@ def write_report(here: Path, models: list[str]) -> str:
         "### The persisting floor and the calendar, each off alone, on mark-spot",
         "",
         *ablation(
-            root, models, [(rs.name, rs.rule) for rs in SETS["spot-ablation"]], policy="mark-spot"
+            root,
+            models,
+            [(rs.name, rs.rule) for rs in SETS["spot-ablation"]]
+            + [("no-spill-batching", "batched spill (mark-spot)")],
+            policy="mark-spot",
         ),
         "",
         "### The warm-up: mark after 1 h and 6 h against the default 3 h",

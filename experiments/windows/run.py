@@ -96,6 +96,13 @@ SETS: dict[str, list[RunSet]] = {
         ),
         RunSet("no-calendar", "mark", ("--predictor", "lstm"), "rise-ahead (calendar)", ONE),
         RunSet("declines-on", "mark", ("--decline-share", "0.9"), "declines (0.9)", ONE),
+        RunSet(
+            "no-spill-batching",
+            "mark,mark-spot",
+            ("--no-spill-batching",),
+            "batched spill",
+            ONE,
+        ),
     ],
     "spot-ablation": [
         RunSet(
