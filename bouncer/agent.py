@@ -71,6 +71,7 @@ from bouncer.wire import (
     BATCH_PATH,
     DTYPES,
     NDJSON_TYPE,
+    VARIANT_HEADER,
     Batch,
     batch_size,
     decode_batch,
@@ -180,6 +181,9 @@ class Agent:
     in-process by tests; ``main`` always sets one)."""
     _probe: asyncio.Future[Any] | None = None
     _probe_started: float = 0.0  # perf_counter when the probe in flight began
+    variants: dict[str, tuple[ModelRunner, BatchLatency]] = field(default_factory=dict)
+    """The model's other variants, loaded beside its own: name to runner and T_b here. A
+    batch names the one it runs on (``VARIANT_HEADER``); none: the model's own."""
 
     @property
     def busy_until(self) -> float:
@@ -189,31 +193,42 @@ class Agent:
     def queue_depth(self) -> int:
         return self.backlog.depth
 
-    def expected_latency(self, batch: int) -> float:
-        return self.latency(batch) * self.slowdown
+    @property
+    def primary(self) -> str | None:
+        """The name of the variant the model's own artifact is, where it has variants."""
+        variants = self.runner.contract.variants
+        return variants[0].name if variants else None
 
-    def infer(self, batch: Batch) -> Any:
-        """One batch through the runner. Named inputs give each row's outputs by name;
-        the one input's array (a caller of the original protocol) its one output's array."""
-        contract = self.runner.contract
+    def expected_latency(self, batch: int, variant: str | None = None) -> float:
+        latency = self.latency if variant is None else self.variants[variant][1]
+        return latency(batch) * self.slowdown
+
+    def infer(self, batch: Batch, variant: str | None = None) -> Any:
+        """One batch through the runner (of ``variant``, else the model's own). Named
+        inputs give each row's outputs by name; the one input's array (a caller of the
+        original protocol) its one output's array."""
+        runner = self.runner if variant is None else self.variants[variant][0]
+        contract = runner.contract
         if isinstance(batch, dict):
-            out = self.runner.run(batch)
+            out = runner.run(batch)
             return [{n: a[i] for n, a in out.items()} for i in range(batch_size(batch))]
-        outputs = self.runner.run({contract.inputs[0].name: batch})
+        outputs = runner.run({contract.inputs[0].name: batch})
         return outputs[contract.outputs[0].name]
 
-    def _run_timed(self, batch: Batch) -> Any:
+    def _run_timed(self, batch: Batch, variant: str | None = None) -> Any:
         t0 = self.timer()
-        out = self.infer(batch)
+        out = self.infer(batch, variant)
         if self.slowdown > 1.0:  # emulate a slower instance type (local world only)
-            rest = self.expected_latency(batch_size(batch)) - (self.timer() - t0)
+            rest = self.expected_latency(batch_size(batch), variant) - (self.timer() - t0)
             if rest > 0:
                 self.pause(rest)
         return out
 
-    def offer(self, deadlines: list[float]) -> Admission:
+    def offer(self, deadlines: list[float], variant: str | None = None) -> Admission:
         """The Bouncer's verdict on a batch offered now; what it admits joins the queue."""
-        decision = self.backlog.offer(self.clock(), deadlines, self.expected_latency)
+        decision = self.backlog.offer(
+            self.clock(), deadlines, lambda b: self.expected_latency(b, variant)
+        )
         self.stats.rejected += len(decision.rejected)
         return decision
 
@@ -222,13 +237,21 @@ class Agent:
         self.backlog.done(self.clock(), decision)
 
     async def handle_batch(self, request: web.Request) -> web.StreamResponse:
+        variant = request.headers.get(VARIANT_HEADER) or None
+        if variant is not None and variant not in self.variants:
+            if variant != self.primary:
+                known = ", ".join([self.primary or "(the model's own)", *self.variants])
+                return web.json_response(
+                    {"error": f"no variant {variant!r} loaded here (loaded: {known})"}, status=400
+                )
+            variant = None
         try:
             dtypes = {t.name: t.dtype for t in self.runner.contract.inputs}
             batch, deadlines = decode_batch(await request.read(), dtypes)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError too
             return web.json_response({"error": f"bad batch: {exc}"}, status=400)
 
-        decision = self.offer(deadlines)
+        decision = self.offer(deadlines, variant)
 
         resp = web.StreamResponse(headers={"Content-Type": NDJSON_TYPE})
         head = encode_verdict(decision.admitted, decision.rejected, decision.finish)
@@ -248,7 +271,7 @@ class Agent:
             async with self._lock:  # one batch at a time, in arrival order
                 loop = asyncio.get_running_loop()
                 out = await loop.run_in_executor(
-                    self._executor, self._run_timed, take(batch, decision.admitted)
+                    self._executor, self._run_timed, take(batch, decision.admitted), variant
                 )
             self.stats.served += decision.size
             self.stats.batches += 1
@@ -273,6 +296,10 @@ class Agent:
                 "batches": self.stats.batches,
                 "errors": self.stats.errors,
                 "batch_latency_s": [[b, t * self.slowdown] for b, t in self.latency.points],
+                "variants": {
+                    name: [[b, t * self.slowdown] for b, t in lat.points]
+                    for name, (_, lat) in self.variants.items()
+                },
                 "spot_action": self.imds.action if self.imds is not None else None,
             }
         )
@@ -356,7 +383,15 @@ def build_agent(
     if latency is None:
         latency = runner.profile()
     example = contract.example(1)
-    return Agent(runner=runner, latency=latency, slowdown=slowdown, example=example)
+    variants: dict[str, tuple[ModelRunner, BatchLatency]] = {}
+    for v in contract.variants[1:]:  # the first is the model's own artifact
+        other = ModelRunner(contract.variant(v.name), choice=choice, warm=True)
+        # Each variant is profiled here: its speed relative to the model's own is what
+        # the frontend chooses by (bouncer.variants).
+        variants[v.name] = (other, other.profile())
+    return Agent(
+        runner=runner, latency=latency, slowdown=slowdown, example=example, variants=variants
+    )
 
 
 def choose_device(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -90,12 +90,48 @@ class TensorSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class VariantArtifact:
+    """One variant of a model as runners load it (``mark.config.variants``): the model's
+    tensors with its own artifact; its accuracy is what the variant rule weighs."""
+
+    name: str
+    format: Format
+    artifact: str
+    handler: str | None
+    accuracy: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "format": self.format,
+            "artifact": self.artifact,
+            "handler": self.handler,
+            "accuracy": self.accuracy,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> VariantArtifact:
+        fmt = d["format"]
+        if fmt not in FORMATS:
+            raise ContractError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+        return cls(
+            name=str(d["name"]),
+            format=cast(Format, fmt),
+            artifact=str(d["artifact"]),
+            handler=d.get("handler"),
+            accuracy=float(d["accuracy"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ModelContract:
     """A model as its runners load it: name, version, format, artifact and tensors.
 
     ``artifact`` is a path (a file for torchscript and onnx, the handler's file or
     directory for python) or, for pytorch, ``package.module:factory``; ``handler``
-    names the class in a python model's file (default ``Model``).
+    names the class in a python model's file (default ``Model``). ``variants``, most
+    accurate first, are the model's variants where it has them (the first is the
+    model's own artifact); ``variant(name)`` is the contract that runs one.
     """
 
     name: str
@@ -105,6 +141,17 @@ class ModelContract:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     handler: str | None = None
+    variants: tuple[VariantArtifact, ...] = ()
+
+    def variant(self, name: str) -> ModelContract:
+        """The contract that runs variant ``name`` (``ContractError`` if there is none)."""
+        for v in self.variants:
+            if v.name == name:
+                return replace(
+                    self, format=v.format, artifact=v.artifact, handler=v.handler, variants=()
+                )
+        known = ", ".join(v.name for v in self.variants) or "none"
+        raise ContractError(f"model {self.name!r} has no variant {name!r} (its variants: {known})")
 
     @property
     def variable(self) -> bool:
@@ -124,6 +171,7 @@ class ModelContract:
                 "handler": self.handler,
                 "inputs": [t.to_dict() for t in self.inputs],
                 "outputs": [t.to_dict() for t in self.outputs],
+                **({"variants": [v.to_dict() for v in self.variants]} if self.variants else {}),
             }
         )
 
@@ -142,6 +190,7 @@ class ModelContract:
                 handler=d.get("handler"),
                 inputs=tuple(TensorSpec.from_dict(t) for t in d["inputs"]),
                 outputs=tuple(TensorSpec.from_dict(t) for t in d["outputs"]),
+                variants=tuple(VariantArtifact.from_dict(v) for v in d.get("variants", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ContractError):

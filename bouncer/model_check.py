@@ -125,8 +125,36 @@ def _measured(spec: TensorSpec, shapes: list[tuple[int, ...]]) -> TensorSpec:
     return replace(spec, shape=dims)
 
 
+INTERFACE_FIX = "every variant must take the model's inputs and give its outputs"
+
+
 def check_model(contract: ModelContract) -> ModelContract:
-    """``contract`` with its undeclared output shapes filled in, or a ``ModelCheckError``."""
+    """``contract`` with its undeclared output shapes filled in, or a ``ModelCheckError``;
+    each of its other variants checked too, and held to the outputs the model's own gives
+    (every variant serves the same interface)."""
+    learnt = _check_one(contract)
+    for v in contract.variants[1:]:
+        try:
+            other = _check_one(replace(contract.variant(v.name), outputs=contract.outputs))
+        except ModelCheckError as exc:
+            tensors = exc.field.startswith(("inputs", "outputs"))
+            fix = INTERFACE_FIX if tensors else exc.fix  # the manifest's tensors are the model's
+            raise ModelCheckError(
+                contract.name, f"variant {v.name!r}: {exc.field}", exc.message, fix
+            ) from None
+        for mine, theirs in zip(learnt.outputs, other.outputs, strict=True):
+            if mine.shape != theirs.shape:
+                raise ModelCheckError(
+                    contract.name,
+                    f"variant {v.name!r}: outputs",
+                    f"output {mine.name!r} has instance shape {list(theirs.shape or ())}, the "
+                    f"model's own gives {list(mine.shape or ())}",
+                    INTERFACE_FIX,
+                )
+    return learnt
+
+
+def _check_one(contract: ModelContract) -> ModelContract:
     try:
         runtime = load_runtime(contract, DeviceChoice.cpu(1, why="checking the model"))
     except ModelLoadError as exc:

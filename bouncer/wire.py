@@ -35,6 +35,7 @@ import numpy as np
 import orjson
 
 from bouncer.contract import DTYPES as CONTRACT_DTYPES
+from bouncer.latency import BatchLatency
 
 
 def _tolist(obj: Any) -> Any:
@@ -49,6 +50,12 @@ def dump_json(body: Any) -> bytes:
 
 
 SERVED_BY_HEADER = "X-Mark-Served-By"
+VARIANT_HEADER = "X-Mark-Variant"
+"""On a batch offered to an agent: the variant to run it on (none: the model's own). On a
+client's request: the variant it pins. On a response: the variants that served its rows,
+in row order, comma-separated where they differ (``bouncer.variants``)."""
+FLOOR_HEADER = "X-Mark-Accuracy-Floor"
+"""On a client's request: the least accuracy a variant must have to serve it."""
 """Who answered a prediction: instance ids (comma-separated if several), or "lambda"."""
 
 BATCH_PATH = "/v1/batch"
@@ -222,3 +229,13 @@ def decode_result(line: bytes, count: int | None = None) -> tuple[Any, str | Non
         got = len(outputs) if isinstance(outputs, list) else type(outputs).__name__
         raise ValueError(f"the result line has {got} outputs for {count} admitted requests")
     return outputs, None
+
+
+def health_variants(body: Mapping[str, Any]) -> dict[str, BatchLatency]:
+    """The batch latency of each variant an agent loaded beside the model's own, from its
+    ``/health`` body (``variants``: name to ``[[b, seconds], ...]``); empty for none."""
+    raw = body.get("variants") or {}
+    return {
+        str(name): BatchLatency.from_mapping({int(b): float(t) for b, t in points})
+        for name, points in raw.items()
+    }

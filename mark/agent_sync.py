@@ -44,11 +44,15 @@ def backend_for(
     *,
     sl_min: float,
     pool_size: int = 1,
+    variants: dict[str, BatchLatency] | None = None,
 ) -> Backend:
     """A dispatcher backend with N_batch and W_batch tuned from the agent's own profile,
-    for a pool of ``pool_size`` instances of its type (``provisioner.pool_batching``)."""
+    for a pool of ``pool_size`` instances of its type (``provisioner.pool_batching``);
+    ``variants``: T_b of the model's other variants the agent loaded."""
     n, w = batching_for(latency, rt_max_s, sl_min, pool_size)
-    return Backend(instance_id, instance_type, url, latency, n_batch=n, w_batch_s=w)
+    return Backend(
+        instance_id, instance_type, url, latency, n_batch=n, w_batch_s=w, variants=variants or {}
+    )
 
 
 def pool_sizes(instances: Iterable[tuple[str, str]], retiring: Collection[str]) -> Counter[str]:
@@ -94,6 +98,7 @@ async def sync_backends(run: Running) -> None:
                     rt_max_s,
                     sl_min=served.spec.slo.sl_min,
                     pool_size=of_type[a.instance.instance_type],
+                    variants=a.variants,
                 )
                 for iid, a in mine
             ]

@@ -29,6 +29,10 @@ class AgentView(Protocol):
     def url(self) -> str: ...
     @property
     def latency(self) -> BatchLatency: ...
+    @property
+    def variants(self) -> dict[str, BatchLatency]:
+        """T_b of each variant the agent loaded beside the model's own."""
+        ...
 
 
 class Agents(Protocol):

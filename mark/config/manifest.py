@@ -84,6 +84,9 @@ def merged_with_manifest(data: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(
             f"model directory {directory} has versions {', '.join(numbered)}, not {version}"
         )
+    if merged.get("variants"):
+        merged["variants"] = [_variant(v, base, directory, manifest) for v in merged["variants"]]
+        return merged  # its artifact is its most accurate variant's (mark.config.variants)
     source = merged.get("source")
     fmt = merged.get("format")
     if source is None:
@@ -95,6 +98,27 @@ def merged_with_manifest(data: dict[str, Any]) -> dict[str, Any]:
         if value is not None and not Path(str(value)).is_absolute():
             merged[key] = str(directory / str(value))
     return merged
+
+
+def _variant(v: Any, base: Path, directory: Path, manifest: Path) -> Any:
+    """One variant of a manifest: ``artifact`` as its source, relative to the version
+    directory (a factory as it is), its profile relative to the model directory."""
+    if not isinstance(v, dict):
+        return v  # the spec says what is wrong with it
+    v = dict(v)
+    if "artifact" in v:
+        if "source" in v:
+            raise ValueError(f"{manifest}: variant {v.get('name')!r}: 'artifact' or 'source'")
+        v["source"] = v.pop("artifact")
+    src = v.get("source")
+    if src is None:
+        raise ValueError(f"{manifest}: variant {v.get('name')!r} needs its 'artifact'")
+    if v.get("format") != "pytorch" and not Path(str(src)).is_absolute():
+        v["source"] = str(base / str(src))
+    prof = v.get("profile")
+    if prof is not None and not Path(str(prof)).is_absolute():
+        v["profile"] = str(directory / str(prof))
+    return v
 
 
 def fetch_model_dir(repository: str, model: str, version: str | None, cache: Path) -> Path:

@@ -20,9 +20,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bouncer.contract import FORMATS, Format, ModelContract, TensorSpec, infer_format
+from bouncer.contract import (
+    FORMATS,
+    Format,
+    ModelContract,
+    TensorSpec,
+    VariantArtifact,
+    infer_format,
+)
 from bouncer.miss_budget import DEFAULT_PERIOD_S
 from bouncer.miss_budget import DEFAULT_SHARE as DEFAULT_DECLINE_SHARE
+from mark.config.variants import VariantSpec, check_variants, with_primary
 
 Dtype = Literal["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -52,6 +60,14 @@ class SLO(_Strict):
         "an immediate explicit error, requests no instance can finish in time instead of "
         "paying Lambda for them; the rest, and at least as many as the misses nobody chose so "
         "far, is kept for misses nobody chooses. 0 (the default): never decline, spill all",
+    )
+    accuracy_floor: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="the accuracy the model must deliver, averaged over the requests of "
+        "period_s, where it has variants: batches that would miss RT_max go on faster "
+        "variants while the average stays at or above it. None: always the most accurate",
     )
     period_s: float = Field(
         default=DEFAULT_PERIOD_S,
@@ -148,6 +164,11 @@ class ModelSpec(_Strict):
         gt=0,
         description="the most load this model can see (r/s); forecasts above it are clipped",
     )
+    variants: tuple[VariantSpec, ...] = Field(
+        default=(),
+        description="the model's variants, each {name, artifact, accuracy, metric}; the "
+        "most accurate is the model's own artifact (mark.config.variants)",
+    )
     neuron_artifact: str | None = Field(
         default=None,
         min_length=1,
@@ -161,8 +182,8 @@ class ModelSpec(_Strict):
         if isinstance(data, dict) and data.get("path") is not None:
             from mark.config.manifest import merged_with_manifest
 
-            return merged_with_manifest(data)
-        return data
+            data = merged_with_manifest(data)
+        return with_primary(data) if isinstance(data, dict) else data
 
     @field_validator("name")
     @classmethod
@@ -194,7 +215,16 @@ class ModelSpec(_Strict):
             raise ValueError("every input needs a shape (-1 for a variable dimension)")
         object.__setattr__(self, "inputs", inputs)
         object.__setattr__(self, "outputs", outputs)
+        check_variants(self.variants, self.slo.accuracy_floor)
         return self
+
+    @property
+    def accuracy_floor(self) -> float:
+        """The floor the data plane keeps: the SLO's, else the most accurate variant's
+        accuracy (never trade it); 0 for a model without variants."""
+        if self.slo.accuracy_floor is not None:
+            return self.slo.accuracy_floor
+        return max((v.accuracy for v in self.variants), default=0.0)
 
     @property
     def model_format(self) -> Format:
@@ -204,9 +234,12 @@ class ModelSpec(_Strict):
     def remote_source(self) -> str:
         """The artifact where other machines read it: in S3 for a model fetched from
         there, else the source itself."""
+        return self._remote(self.source)
+
+    def _remote(self, source: str) -> str:
         if self.location is None or self.path is None:
-            return self.source
-        rel = Path(self.source).relative_to(self.path).as_posix()
+            return source
+        rel = Path(source).relative_to(self.path).as_posix()
         return f"{self.location.rstrip('/')}/{rel}"
 
     @property
@@ -233,6 +266,17 @@ class ModelSpec(_Strict):
             inputs=tuple(t.spec() for t in self.inputs),
             outputs=tuple(t.spec() for t in self.outputs),
             handler=self.handler,
+            variants=tuple(
+                VariantArtifact(
+                    name=v.name,
+                    format=v.format if v.format is not None else infer_format(v.source),
+                    # The primary's artifact is the model's (the demo built here, say).
+                    artifact=located if i == 0 else self._remote(v.source),
+                    handler=v.handler,
+                    accuracy=v.accuracy,
+                )
+                for i, v in enumerate(self.variants)
+            ),
         )
 
     def with_outputs(self, contract: ModelContract) -> ModelSpec:

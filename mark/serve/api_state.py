@@ -145,6 +145,9 @@ def model_request_path(
         tel,
         budget=budget,
         spill_batches=spill_batches(m.profile, m.name, settings.spill_memory_mb),
+        variants=[(v.name, v.accuracy) for v in m.variants],
+        accuracy_floor=m.accuracy_floor,
+        accuracy_window_s=m.slo.period_s,
     )
     disp.start()
     return Served(m, disp, tel)

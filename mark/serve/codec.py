@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -109,6 +109,8 @@ class V2Request:
     tensor: Tensor
     outputs: dict[str, bool]
     request_id: str | None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    """The request's ``parameters`` (a pinned ``variant``, an ``accuracy_floor``)."""
 
     @property
     def binary_output(self) -> bool:
@@ -133,7 +135,8 @@ def read_v2(
     obj, binary = split_v2(body, header_length)
     tensor = parse_v2(obj, inputs, max_batch, binary)
     request_id = obj.get("id") if isinstance(obj.get("id"), str) else None
-    return V2Request(tensor, parse_v2_outputs(obj, outputs), request_id)
+    params = dict(_parameters(obj, "the request"))
+    return V2Request(tensor, parse_v2_outputs(obj, outputs), request_id, params)
 
 
 def _parameters(obj: Mapping[str, Any], what: str) -> Mapping[str, Any]:
@@ -416,8 +419,10 @@ def encode_v2(
     request_id: str | None,
     outputs: Specs,
     wanted: Mapping[str, bool] | None = None,
+    parameters: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The V2 response with every wanted output's data inline."""
+    """The V2 response with every wanted output's data inline (and ``parameters``, e.g.
+    the variant that served it)."""
     specs = [t for t in _specs(outputs) if wanted is None or t.name in wanted]
     body: dict[str, Any] = {"model_name": model, "outputs": []}
     for t, arr in zip(specs, output_arrays(rows, specs).values(), strict=True):
@@ -431,6 +436,8 @@ def encode_v2(
         )
     if request_id is not None:
         body["id"] = request_id
+    if parameters:
+        body["parameters"] = dict(parameters)
     return body
 
 
@@ -440,13 +447,14 @@ def encode_v2_binary(
     request_id: str | None,
     outputs: Specs,
     wanted: Mapping[str, bool] | None = None,
+    parameters: Mapping[str, Any] | None = None,
 ) -> tuple[bytes, int]:
     """The V2 response with the outputs wanted as binary data after the JSON object (in
     the order listed), the rest inline, and the length of that object.
 
     The length goes in the ``Inference-Header-Content-Length`` header.
     """
-    body = encode_v2(model, rows, request_id, outputs, wanted)
+    body = encode_v2(model, rows, request_id, outputs, wanted, parameters)
     raw: list[bytes] = []
     for out in body["outputs"]:
         if wanted is None or wanted.get(out["name"], True):

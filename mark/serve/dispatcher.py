@@ -70,10 +70,12 @@ from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
 from bouncer.routing import (
     due_at,
+    finish_if_sent,
     pick,
     spill_cap,
     window_end,
 )
+from bouncer.variants import AccuracyLedger, Variant, choose_variant
 from bouncer.wire import (
     JSON_TYPE,
 )
@@ -117,12 +119,17 @@ class Dispatcher(InFlight, Spilling):
         spill_timeout_s: float = SPILL_TIMEOUT_S,
         budget: MissBudget | None = None,
         spill_batches: BatchLatency | None = None,
+        variants: Sequence[tuple[str, float]] = (),
+        accuracy_floor: float = 0.0,
+        accuracy_window_s: float = 86_400.0,
     ) -> None:
         """``give_up_after_s`` defaults to ``outcome_bound_s`` + one grace (module docstring);
         ``budget``: the SLO's miss budget, asked before each spill for want of capacity
         (None: never decline); ``spill_batches``: the spill function's measured batch
         latency, which sizes its invocations (``bouncer.routing.spill_chunks``; None: one
-        request each)."""
+        request each); ``variants``: the model's variants (name, accuracy), most accurate
+        first, chosen per batch under ``accuracy_floor`` averaged over
+        ``accuracy_window_s`` (``bouncer.variants``)."""
         self.model = model
         self.rt_max_s = rt_max_s
         self.dtype = dtype
@@ -134,6 +141,11 @@ class Dispatcher(InFlight, Spilling):
         self.spill_timeout_s = spill_timeout_s
         self.budget = budget
         self.spill_batches = spill_batches
+        self.variants = tuple(variants)
+        self.accuracy = dict(self.variants)
+        self.primary = self.variants[0][0] if self.variants else None
+        self.accuracy_floor = accuracy_floor
+        self.ledger = AccuracyLedger(accuracy_window_s)
         self.give_up_after_s = (
             self.outcome_bound_s + self.grace_s if give_up_after_s is None else give_up_after_s
         )
@@ -269,6 +281,8 @@ class Dispatcher(InFlight, Spilling):
         rows: np.ndarray[Any, Any] | Mapping[str, np.ndarray[Any, Any]],
         *,
         spill_now: bool = False,
+        pin: str | None = None,
+        floor: float = 0.0,
     ) -> list[Outcome]:
         """Queue each row as a request; wait for every one to end. ``rows``: the one
         input's array, or each named input's (rows batch, spill and come back by name).
@@ -278,7 +292,8 @@ class Dispatcher(InFlight, Spilling):
         run to an outcome that telemetry counts. ``spill_now``: the rows go straight
         to the spill function (the endpoint's one retry of rows that failed) and are
         not counted as arrivals again. Once the dispatcher is closing, every row is
-        answered at once with an explicit error.
+        answered at once with an explicit error. ``pin``: the variant every row runs on
+        (one the model has); ``floor``: the least accuracy of a variant that serves them.
         """
         now = self.clock()
         loop = asyncio.get_running_loop()
@@ -288,7 +303,7 @@ class Dispatcher(InFlight, Spilling):
         else:
             n = rows.shape[0]
             each = [rows[i] for i in range(n)]
-        group = Group(n, loop.create_future())
+        group = Group(n, loop.create_future(), pin, floor)
         reqs = [Queued(each[i], now, now + self.rt_max_s, group, i) for i in range(n)]
         if self.telemetry is not None and not spill_now:
             self.telemetry.arrival(now, n)
@@ -334,9 +349,14 @@ class Dispatcher(InFlight, Spilling):
         return await self._queue.get()
 
     def _joins(self, batch: list[Queued], r: Queued) -> bool:
-        """Whether ``r`` joins the batch (its shape is the batch's); else it is held for
-        the next one. A model's rows differ in shape only along a variable dimension."""
-        if row_shape(r.row) == row_shape(batch[0].row):
+        """Whether ``r`` joins the batch (its shape, pin and floor are the batch's); else it
+        is held for the next one. A model's rows differ in shape only along a variable
+        dimension."""
+        head = batch[0].group
+        if row_shape(r.row) == row_shape(batch[0].row) and (r.group.pin, r.group.floor) == (
+            head.pin,
+            head.floor,
+        ):
             batch.append(r)
             return True
         self._held = r
@@ -384,12 +404,42 @@ class Dispatcher(InFlight, Spilling):
             if backend is None:
                 self._spill(batch, "no-backend")
                 continue
+            variant, latency = self._variant_for(batch, backend, now)
             # Reserve the instance now so the next batch sees it busy.
-            backend.busy_until = backend.finish_if_sent(now, len(batch))
-            flight = Flight(backend, batch)
+            backend.busy_until = finish_if_sent(now, backend.busy_until, latency(len(batch)))
+            flight = Flight(backend, batch, variant)
             self._flights.setdefault(backend.instance_id, set()).add(flight)
             flight.task = self._spawn(self._send(flight))
             self._arm(flight, now + self.grace_s, f"no verdict within {self.grace_s:g} s")
+
+    def _variant_for(
+        self, batch: list[Queued], backend: Backend, now: float
+    ) -> tuple[str | None, Callable[[int], float]]:
+        """The variant a batch runs on (``bouncer.variants.choose_variant``) and its T_b on
+        the instance; (None, the model's T_b) for a model without variants."""
+        if not self.variants:
+            return None, backend.latency
+        loaded = [
+            Variant(name, acc, backend.latency if name == self.primary else backend.variants[name])
+            for name, acc in self.variants
+            if name == self.primary or name in backend.variants
+        ]
+        group = batch[0].group
+        if group.pin is not None:  # obeyed even where not loaded: the agent then refuses it
+            return group.pin, next(
+                (v.latency for v in loaded if v.name == group.pin), backend.latency
+            )
+        deadlines = [r.deadline - backend.allowance_s for r in batch]
+        chosen = choose_variant(
+            now,
+            backend.busy_until,
+            deadlines,
+            loaded,
+            self.ledger,
+            self.accuracy_floor,
+            request_floor=group.floor,
+        )
+        return chosen.name, chosen.latency
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,8 @@ class Backend:
     allowance_s: float = 0.0
     """Taken off each deadline the agent is given: how late its results come back
     (``bouncer.routing.allowance_after``)."""
+    variants: dict[str, BatchLatency] = field(default_factory=dict)
+    """T_b of each variant the agent loaded beside the model's own (``latency``)."""
 
     def finish_if_sent(self, now: float, size: int = 1) -> float:
         return finish_if_sent(now, self.busy_until, self.latency(size))
@@ -45,6 +47,8 @@ class Outcome:
     error: str | None
     served_by: str  # instance id, "lambda", or "none"
     latency_s: float
+    variant: str | None = None
+    """The variant that served it, where the model has variants."""
 
     @property
     def ok(self) -> bool:
@@ -63,12 +67,18 @@ class Outcome:
 class Group:
     """The requests of one ``submit`` call: their outcomes, and a future set when all ended."""
 
-    __slots__ = ("done", "outcomes", "pending")
+    __slots__ = ("done", "floor", "outcomes", "pending", "pin")
 
-    def __init__(self, n: int, done: asyncio.Future[None]) -> None:
+    def __init__(
+        self, n: int, done: asyncio.Future[None], pin: str | None = None, floor: float = 0.0
+    ) -> None:
         self.outcomes: list[Outcome | None] = [None] * n
         self.pending = n
         self.done = done
+        self.pin = pin
+        """The variant the client pinned (``VARIANT_HEADER``), if any."""
+        self.floor = floor
+        """The least accuracy a variant must have to serve it (``FLOOR_HEADER``)."""
 
 
 Row = np.ndarray[Any, Any] | dict[str, np.ndarray[Any, Any]]
@@ -116,6 +126,8 @@ class Flight:
 
     backend: Backend
     batch: list[Queued]
+    variant: str | None = None
+    """The variant it runs on (None: the model has none)."""
     task: asyncio.Task[None] | None = None
     timer: asyncio.TimerHandle | None = None
 

@@ -18,6 +18,7 @@ from bouncer.routing import allowance_after
 from bouncer.wire import (
     BATCH_PATH,
     JSON_TYPE,
+    VARIANT_HEADER,
     LineReader,
     decode_result,
     decode_verdict,
@@ -47,7 +48,14 @@ class InFlight:
             self, reqs: Sequence[Queued], cause: str, instance_type: str | None = None
         ) -> None: ...
 
-        def _finish(self, r: Queued, output: Any, error: str | None, served_by: str) -> None: ...
+        def _finish(
+            self,
+            r: Queued,
+            output: Any,
+            error: str | None,
+            served_by: str,
+            variant: str | None = None,
+        ) -> None: ...
 
     def _arm(self, flight: Flight, due: float, why: str) -> None:
         """Declare the flight hung at ``due`` (this clock's time) unless it settles first."""
@@ -123,8 +131,9 @@ class InFlight:
     async def _exchange(self, flight: Flight, body: bytes) -> None:
         backend, batch = flight.backend, flight.batch
         iid = backend.instance_id
+        named = {VARIANT_HEADER: flight.variant} if flight.variant is not None else {}
         async with self.session.post(
-            f"{backend.url}{BATCH_PATH}", data=body, headers={**_JSON, **token_headers()}
+            f"{backend.url}{BATCH_PATH}", data=body, headers={**_JSON, **token_headers(), **named}
         ) as resp:
             if resp.status != 200:
                 raise aiohttp.ClientResponseError(
@@ -156,7 +165,7 @@ class InFlight:
                         self._finish(r, None, error, iid)
                 else:
                     for r, out in zip(admitted, outputs, strict=True):
-                        self._finish(r, out, None, iid)
+                        self._finish(r, out, None, iid, flight.variant)
             # Read to the end of the chunked body: a response released before its end
             # closes the connection, and the next batch would pay a new TCP handshake.
             await resp.content.read()

@@ -52,6 +52,7 @@ from mark.serve.codec import (
 )
 from mark.serve.dispatcher import Outcome
 from mark.serve.payload import refuse_unspillable
+from mark.serve.variant_choice import requested_variant, variant_headers, variant_served
 
 log = logging.getLogger("mark.api")
 
@@ -76,7 +77,9 @@ def _retryable(outcomes: list[Outcome]) -> list[int]:
     return [i for i, o in enumerate(outcomes) if not o.ok and o.served_by != "none"]
 
 
-async def _run(state: ApiState, served: Served, tensor: Tensor) -> Ran:
+async def _run(
+    state: ApiState, served: Served, tensor: Tensor, pin: str | None = None, floor: float = 0.0
+) -> Ran:
     dispatcher = served.dispatcher
     if dispatcher is None:
         raise BadRequest(503, "no serving capacity for this model yet")
@@ -85,7 +88,9 @@ async def _run(state: ApiState, served: Served, tensor: Tensor) -> Ran:
     # One tensor each way travels as the bare array (the agent protocol's original form,
     # and the cheapest); several travel by name.
     single = len(tensor.arrays) == 1 and len(served.spec.outputs) == 1
-    outcomes = await dispatcher.submit(tensor.array if single else tensor.arrays)
+    outcomes = await dispatcher.submit(
+        tensor.array if single else tensor.arrays, pin=pin, floor=floor
+    )
     again = _retryable(outcomes)
     if not again or dispatcher.serverless is None or not state.intake.ready:
         return Ran(outcomes)
@@ -96,7 +101,9 @@ async def _run(state: ApiState, served: Served, tensor: Tensor) -> Ran:
         len(outcomes),
     )
     retry = {name: a[again] for name, a in tensor.arrays.items()}
-    retried = await dispatcher.submit(tensor.array[again] if single else retry, spill_now=True)
+    retried = await dispatcher.submit(
+        tensor.array[again] if single else retry, spill_now=True, pin=pin, floor=floor
+    )
     for i, outcome in zip(again, retried, strict=True):
         outcomes[i] = outcome
     return Ran(outcomes, retried=True)
@@ -123,12 +130,19 @@ async def predict_v1(request: web.Request) -> web.Response:
     body = await read_body(request, state.settings.api.body_read_timeout_s)
     spec = served.spec
     inputs = spec.input_specs
+    pin, floor = requested_variant(spec, request.headers)
     tensor = await state.parsing.run(len(body), read_v1, body, inputs, MAX_INSTANCES_PER_REQUEST)
-    ran = await _run(state, served, tensor)
+    ran = await _run(state, served, tensor, pin, floor)
+    failure = _failure(ran)
+    if failure is not None:
+        return failure
     outcomes = ran.outcomes
-    return _failure(ran) or json_response(
-        encode_v1([o.output for o in outcomes], spec.output_specs, tensor.columnar),
-        headers=served_by(request, outcomes),
+    answer = encode_v1([o.output for o in outcomes], spec.output_specs, tensor.columnar)
+    variant = variant_served(outcomes)
+    if variant is not None:
+        answer["variant"] = variant
+    return json_response(
+        answer, headers={**served_by(request, outcomes), **variant_headers(outcomes)}
     )
 
 
@@ -147,22 +161,25 @@ async def infer_v2(request: web.Request) -> web.Response:
         MAX_INSTANCES_PER_REQUEST,
         spec.output_specs,
     )
-    ran = await _run(state, served, parsed.tensor)
+    pin, floor = requested_variant(spec, request.headers, parsed.parameters)
+    ran = await _run(state, served, parsed.tensor, pin, floor)
     failure = _failure(ran)
     if failure is not None:
         return failure
     outcomes = ran.outcomes
     req_id = parsed.request_id
     outputs = [o.output for o in outcomes]
+    who = {**served_by(request, outcomes), **variant_headers(outcomes)}
+    variant = variant_served(outcomes)
+    params = {"variant": variant} if variant is not None else None
     if not parsed.binary_output:
-        who = served_by(request, outcomes)
-        body_v2 = encode_v2(spec.name, outputs, req_id, spec.output_specs, parsed.outputs)
+        body_v2 = encode_v2(spec.name, outputs, req_id, spec.output_specs, parsed.outputs, params)
         return json_response(body_v2, headers=who)
     payload, head_length = encode_v2_binary(
-        spec.name, outputs, req_id, spec.output_specs, parsed.outputs
+        spec.name, outputs, req_id, spec.output_specs, parsed.outputs, params
     )
     return web.Response(
         body=payload,
         content_type=OCTET_STREAM,
-        headers={**served_by(request, outcomes), HEADER_LENGTH: str(head_length)},
+        headers={**who, HEADER_LENGTH: str(head_length)},
     )

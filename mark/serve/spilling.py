@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
 from bouncer.routing import spill_chunks
+from bouncer.variants import AccuracyLedger
 from mark.ports import Serverless
 from mark.serve.flight import DECLINED, Outcome, Queued, row_plain, row_shape
 from mark.serve.telemetry import Telemetry
@@ -24,6 +25,15 @@ engine has them (its requests are one row each, as only one-row requests are dec
 here). A request whose instance failed or left is owed its spill."""
 
 
+def pinned_unserved(variant: str | None) -> str:
+    """The error of a request pinned to a variant no instance could serve in time."""
+    return (
+        f"variant {variant!r} could not serve this request within RT_max (no instance of it "
+        "was free, and the spill function runs only the model's most accurate variant); "
+        "retry, or leave the variant unpinned"
+    )
+
+
 class Spilling:
     """The dispatcher's outcomes and spills (a part of ``Dispatcher``)."""
 
@@ -35,6 +45,9 @@ class Spilling:
     telemetry: Telemetry | None
     budget: MissBudget | None
     spill_batches: BatchLatency | None
+    primary: str | None
+    accuracy: dict[str, float]
+    ledger: AccuracyLedger
     spill_timeout_s: float
     give_up_after_s: float
     _may_spill: bool
@@ -48,12 +61,21 @@ class Spilling:
             r.spilled = True  # too late for Lambda too
             self._finish(r, None, f"no result within {self.give_up_after_s:g} s", "none")
 
-    def _finish(self, r: Queued, output: Any, error: str | None, served_by: str) -> None:
+    def _finish(
+        self,
+        r: Queued,
+        output: Any,
+        error: str | None,
+        served_by: str,
+        variant: str | None = None,
+    ) -> None:
         group = r.group
         if group.outcomes[r.index] is not None:
             return
         now = self.clock()
-        outcome = Outcome(output, error, served_by, now - r.arrival)
+        outcome = Outcome(output, error, served_by, now - r.arrival, variant)
+        if variant is not None and error is None:
+            self.ledger.served(now, self.accuracy[variant], 1)
         group.outcomes[r.index] = outcome
         group.pending -= 1
         if group.pending == 0 and not group.done.done():
@@ -76,6 +98,13 @@ class Spilling:
         todo = [r for r in reqs if r.owed]
         for r in todo:
             r.spilled = True
+        if self.primary is not None:
+            # The spill function runs the model's own artifact: a row pinned to another
+            # variant gets an explicit error rather than a variant it did not ask for.
+            pinned = [r for r in todo if r.group.pin not in (None, self.primary)]
+            for r in pinned:
+                self._finish(r, None, pinned_unserved(r.group.pin), "none")
+            todo = [r for r in todo if r.group.pin in (None, self.primary)]
         if not todo:
             return
         if self.budget is not None and cause in DECLINABLE_CAUSES and self._may_spill:
@@ -122,7 +151,7 @@ class Spilling:
             if len(outputs) != len(chunk):
                 raise ValueError(f"{len(outputs)} outputs for {len(chunk)} requests")
             for r, out in zip(chunk, outputs, strict=True):
-                self._finish(r, out, None, "lambda")
+                self._finish(r, out, None, "lambda", self.primary)
         except asyncio.CancelledError:
             self._fail(chunk, "spill cancelled: mark is shutting down")
             raise

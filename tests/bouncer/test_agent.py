@@ -273,11 +273,11 @@ class _HeldAgent(Agent):
         self.started = threading.Event()
         self.runs = 0
 
-    def infer(self, batch: Any) -> Any:
+    def infer(self, batch: Any, variant: str | None = None) -> Any:
         self.runs += 1
         self.started.set()
         self.release.wait(30)
-        return super().infer(batch)
+        return super().infer(batch, variant)
 
 
 async def test_a_probe_during_another_shares_its_inference(model_path: Path) -> None:

@@ -29,6 +29,7 @@ import aiohttp
 
 from bouncer.agent_token import token_headers
 from bouncer.latency import BatchLatency
+from bouncer.wire import health_variants
 from mark.ports import Fleet, InstanceInfo, InstanceState, InterruptionNotice, NoticeKind
 
 log = logging.getLogger("mark.aws.agents")
@@ -41,6 +42,7 @@ class RemoteAgent:
     instance: InstanceInfo
     url: str
     latency: BatchLatency
+    variants: dict[str, BatchLatency] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,7 +99,7 @@ class AgentDirectory:
                 )
             )
             log.warning("agent on %s reports a spot %s", inst.instance_id, action)
-        return RemoteAgent(inst, url, latency)
+        return RemoteAgent(inst, url, latency, health_variants(body))
 
     @property
     def instance_ids(self) -> list[str]:

@@ -36,6 +36,7 @@ from bouncer.agent_token import TOKEN_ENV, daemon_token, token_headers
 from bouncer.contract import ModelContract
 from bouncer.latency import BatchLatency
 from bouncer.parent_watch import ENV as PARENT_ENV
+from bouncer.wire import health_variants
 from mark.catalog import Accelerator, Catalog
 from mark.ports import Fleet, InstanceInfo, InstanceState
 
@@ -62,6 +63,7 @@ class AgentProcess:
     process: asyncio.subprocess.Process
     url: str
     latency: BatchLatency
+    variants: dict[str, BatchLatency] = field(default_factory=dict)
 
 
 def default_slowdown(
@@ -168,8 +170,8 @@ class AgentSupervisor:
                 await proc.wait()
                 raise
             url = f"http://127.0.0.1:{port}"
-            latency = await _fetch_latency(url)
-            self.procs[inst.instance_id] = AgentProcess(inst, proc, url, latency)
+            latency, variants = await _fetch_latency(url)
+            self.procs[inst.instance_id] = AgentProcess(inst, proc, url, latency, variants)
             log.info(  # why it was launched: the control loop's line naming this id
                 "agent for %s (%s %s of %s) at %s",
                 inst.instance_id,
@@ -264,13 +266,15 @@ async def _read_port(proc: asyncio.subprocess.Process) -> int:
             return int(text.split()[1])
 
 
-async def _fetch_latency(url: str) -> BatchLatency:
+async def _fetch_latency(url: str) -> tuple[BatchLatency, dict[str, BatchLatency]]:
+    """The agent's T_b for the model's own artifact, and for each other variant it loaded."""
     async with (
         aiohttp.ClientSession() as s,
         s.get(f"{url}/health", headers=token_headers()) as r,
     ):
         body = await r.json()
-    return BatchLatency.from_mapping({int(b): float(t) for b, t in body["batch_latency_s"]})
+    own = BatchLatency.from_mapping({int(b): float(t) for b, t in body["batch_latency_s"]})
+    return own, health_variants(body)
 
 
 async def _live(session: aiohttp.ClientSession, url: str) -> bool:

@@ -384,9 +384,9 @@ async def test_a_retired_instance_finishes_its_batch_and_gets_no_new_one(
     offered = asyncio.Event()
     offer = agent.offer
 
-    def offer_seen(deadlines: list[float]) -> Any:
+    def offer_seen(deadlines: list[float], variant: str | None = None) -> Any:
         offered.set()
-        return offer(deadlines)
+        return offer(deadlines, variant)
 
     agent.offer = offer_seen  # type: ignore[method-assign]
     try:

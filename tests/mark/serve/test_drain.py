@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,7 @@ class FakeAgent:
     instance: InstanceInfo
     url: str
     latency: BatchLatency
+    variants: dict[str, BatchLatency] = field(default_factory=dict)
 
 
 class FakeAgents:
