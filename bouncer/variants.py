@@ -24,9 +24,10 @@ per model on the wall clock, the simulator's engine one per run on virtual time.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bouncer.latency import BatchLatency
 from bouncer.routing import finish_if_sent
 
 BUCKET_S = 10.0
@@ -39,7 +40,7 @@ class Variant:
 
     name: str
     accuracy: float
-    latency: Callable[[int], float]
+    latency: BatchLatency
 
 
 @dataclass

@@ -414,7 +414,7 @@ class Dispatcher(InFlight, Spilling):
 
     def _variant_for(
         self, batch: list[Queued], backend: Backend, now: float
-    ) -> tuple[str | None, Callable[[int], float]]:
+    ) -> tuple[str | None, BatchLatency]:
         """The variant a batch runs on (``bouncer.variants.choose_variant``) and its T_b on
         the instance; (None, the model's T_b) for a model without variants."""
         if not self.variants:

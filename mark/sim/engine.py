@@ -41,6 +41,7 @@ from bouncer.admission import Admission, Backlog
 from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
 from bouncer.routing import fill, pick, spill_cap, spill_chunks
+from bouncer.variants import AccuracyLedger, Variant, choose_variant
 from mark.sim.serverless import SimLambda
 
 UNSERVED, INSTANCE, LAMBDA, FAILED, DECLINED = 0, 1, 2, 3, 4
@@ -69,6 +70,9 @@ class Server:
     credit_t: float = 0.0
     backlog: Backlog = field(default_factory=Backlog)
     running: deque[Admission] = field(default_factory=deque)  # admitted, not ended, in order
+    variants: tuple[Variant, ...] = ()
+    """The model's variants on this instance, most accurate first (its own ``latency``);
+    empty: one variant, no choice (``bouncer.variants``)."""
 
     @property
     def instance_id(self) -> str:
@@ -138,17 +142,26 @@ class Engine:
         timeout_s: float | None = None,
         budget: MissBudget | None = None,
         spill_batches: BatchLatency | None = None,
+        accuracy_floor: float = 0.0,
+        accuracy_window_s: float = 86_400.0,
     ) -> None:
         """``timeout_s``: a response later than this after arrival fails (None: never);
         ``budget``: the SLO's miss budget, spent declining what would spill
         (``bouncer.miss_budget``; None: never decline); ``spill_batches``: the spill
         function's batch latency, which sizes its invocations (``spill_chunks``; None:
-        one request each)."""
+        one request each); ``accuracy_floor``: what the variants of servers that have them
+        must deliver on average over ``accuracy_window_s`` (``bouncer.variants``)."""
         self.arr = arrivals
         self.rt = rt_max_s
         self.lam = lam
         self.lambda_latency = lambda_latency
         self.spill_batches = spill_batches
+        self.accuracy_floor = accuracy_floor
+        self.ledger = AccuracyLedger(accuracy_window_s)
+        self.primary_accuracy = math.nan  # set by the first server with variants
+        # Per request, the accuracy of the variant that answered it (nan: none did, or
+        # the model has no variants).
+        self.acc = np.full(arrivals.shape[0], np.nan)
         self._spill_take = spill_cap(spill_batches)
         self.bouncer = bouncer
         self.timeout = math.inf if timeout_s is None else timeout_s
@@ -210,6 +223,20 @@ class Engine:
             t_free = disp
             size = m - k
             latency = srv.latency
+            accuracy = math.nan
+            if srv.variants:
+                if srv.running and srv.running[0].finish <= disp:
+                    srv.end_batches(disp)
+                chosen = choose_variant(
+                    disp,
+                    srv.busy_until,
+                    [seg[x] + rt for x in range(k, m)],
+                    srv.variants,
+                    self.ledger,
+                    self.accuracy_floor,
+                )
+                latency, accuracy = chosen.latency, chosen.accuracy
+                self.primary_accuracy = srv.variants[0].accuracy
             if srv.burstable:
                 factor = srv.speed_factor(disp, latency(size))
                 if factor != 1.0:
@@ -238,6 +265,10 @@ class Engine:
                         late += took > rt
                 if late and self.budget is not None:
                     self.budget.miss(disp, late)
+                if srv.variants:
+                    self.ledger.served(disp, accuracy, len(adm.admitted))
+                    for x in adm.admitted:
+                        self.acc[i + k + x] = accuracy
             if adm.rejected:
                 self._spill(disp, seg, [k + x for x in adm.rejected], lat, where)
             pools[srv.itype].take(srv)
@@ -294,6 +325,9 @@ class Engine:
                     lat[x] = end - seg[x]
                     where[x] = LAMBDA
                     missed += lat[x] > rt
+                    if self.primary_accuracy == self.primary_accuracy:  # the model has variants
+                        self.acc[self.i + x] = self.primary_accuracy
+                        self.ledger.served(now, self.primary_accuracy, 1)
         if missed and budget is not None:
             budget.miss(now, missed)
 

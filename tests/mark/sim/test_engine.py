@@ -172,3 +172,32 @@ def test_spill_goes_in_batches_the_function_finishes_by_the_deadlines() -> None:
     # Billed per invocation: 0.3 + 0.15 GB-s and two fees, against 0.6 GB-s and six.
     assert runs[True][2] == pytest.approx(0.45 * prices.per_gb_second_x86 + 2 * prices.per_request)
     assert runs[False][2] == pytest.approx(0.6 * prices.per_gb_second_x86 + 6 * prices.per_request)
+
+
+def test_variants_take_a_burst_on_the_faster_one_within_the_floor() -> None:
+    # The dispatcher's rule on virtual time: RT_max 0.5 s; the accurate variant takes 0.3 s
+    # a request, the fast one 0.03 s. Ten requests a second apart fill the window at 0.8;
+    # then four at once: the first on the accurate one, the next three on the fast one
+    # (the accurate one would end them at 0.6 s and later), none spilled.
+    from bouncer.variants import Variant
+
+    large = BatchLatency.from_mapping({1: 0.3})
+    small = BatchLatency.from_mapping({1: 0.03})
+    arrivals = [float(t) for t in range(10)] + [20.0] * 4
+    lam = SimLambda(load_catalog().lambda_prices, memory_mb=2048, cold_start_s=0.0)
+    eng = Engine(np.array(arrivals), 0.5, lam, lambda k: 0.5 * k, accuracy_floor=0.75)
+    variants = (Variant("large", 0.8, large), Variant("small", 0.7, small))
+    eng.set_servers([Server("i-1", "c5.large", "on-demand", "serving", large, variants=variants)])
+    eng.serve_until(30.0)
+    assert eng.where.tolist() == [INSTANCE] * 14
+    assert eng.acc.tolist() == [0.8] * 11 + [0.7] * 3
+    assert eng.lat[10:].tolist() == pytest.approx([0.3, 0.33, 0.36, 0.39])
+    assert eng.ledger.delivered(30.0) == pytest.approx((11 * 0.8 + 3 * 0.7) / 14)
+    # With the floor at the accurate one's accuracy, the three spill instead.
+    strict = Engine(np.array(arrivals), 0.5, lam, lambda k: 0.1 * k, accuracy_floor=0.8)
+    strict.set_servers(
+        [Server("i-1", "c5.large", "on-demand", "serving", large, variants=variants)]
+    )
+    strict.serve_until(30.0)
+    assert strict.where.tolist() == [INSTANCE] * 11 + [LAMBDA] * 3
+    assert strict.acc.tolist() == [0.8] * 14  # Lambda runs the accurate one
