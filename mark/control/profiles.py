@@ -20,12 +20,14 @@ from bouncer.latency import BatchLatency
 from mark.catalog import Catalog, Market
 from mark.config import ModelSpec, Settings
 from mark.control.setup import build_options
+from mark.errors import ConfigError
 from mark.ports import Store
 from mark.profile_files import load_profile_file, unrated_entries, unusable_profile_warning
 from mark.world import World
 from provisioner.accelerators import usable
 from provisioner.greedy import PlannerOption
 from provisioner.profile_choice import choose_profiles, unrated
+from provisioner.variant_mix import planning_curves
 
 log = logging.getLogger("mark.control")
 
@@ -36,6 +38,20 @@ class RatedOptions:
     standby_capacity_rps: float
     sources: dict[str, str]
     """Instance type → where its profile came from (measured, shipped, emulated)."""
+
+
+def variant_profiles(spec: ModelSpec) -> dict[str, dict[str, BatchLatency]]:
+    """The shipped profile of each of the model's other variants, per instance type (its
+    ``profile`` file's entries for the variant's name, else for the model's)."""
+    out: dict[str, dict[str, BatchLatency]] = {}
+    for v in spec.variants[1:]:
+        if v.profile is None:
+            continue
+        try:
+            out[v.name] = load_profile_file(v.profile, v.name)
+        except ConfigError:
+            out[v.name] = load_profile_file(v.profile, spec.name)
+    return out
 
 
 async def rate_options(
@@ -79,6 +95,15 @@ async def rate_options(
             ", ".join(missing),
         )
     latency = {t: lat for t, (lat, _) in chosen.items()}
+    if spec.variants and spec.accuracy_floor < spec.variants[0].accuracy:
+        latency = planning_curves(
+            latency,
+            variant_profiles(spec),
+            {v.name: v.accuracy for v in spec.variants},
+            spec.variants[0].name,
+            spec.accuracy_floor,
+            spec.slo.rt_max_ms / 1000.0,
+        )
     # Rating runs the perf model's queue for every type and pool size (seconds for new
     # profiles): in a thread, so the daemon's request path never waits on it.
     standby = await asyncio.to_thread(

@@ -129,3 +129,43 @@ def test_a_spill_entry_sizes_spill_at_its_memory_and_rates_no_type(tmp_path: Pat
     # Not an instance type, and not a stray label either: nothing to warn about.
     assert unrated_entries(rates, load_catalog().types) == []
     assert unrated_entries({"local": BatchLatency(((1, 0.1),))}, load_catalog().types) == ["local"]
+
+
+async def test_a_model_with_variants_is_planned_at_the_mix_its_floor_allows(
+    tmp_path: Path,
+) -> None:
+    large, small, mix = (tmp_path / f"{n}.json" for n in ("large", "small", "mix"))
+    for path, t in ((large, 0.2), (small, 0.04), (mix, 0.12)):
+        path.write_text(json.dumps({"instance_type": "c5.large", "batch_latency_s": {"1": t}}))
+    settings = load_settings(overrides={"offerings": {"types": ["c5.large"]}})
+    base = settings.models[0]
+    variants = [
+        {"name": "large", "source": base.source, "accuracy": 0.8, "metric": "m"},
+        {"name": "small", "source": base.source, "accuracy": 0.7, "metric": "m", "profile": small},
+    ]
+    rated = {}
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        for floor, own in ((0.8, large), (0.75, large), (0.8, mix)):
+            spec = ModelSpec.model_validate(
+                {
+                    "name": "pair",
+                    "input": {"shape": [1, 8, 8]},
+                    "slo": {"rt_max_ms": 500, "sl_min": 0.98, "accuracy_floor": floor},
+                    "profile": own,
+                    "variants": variants,
+                }
+            )
+            got = await rate_options(
+                settings, spec, cast(World, _AwsRules()), store, "unused", load_catalog()
+            )
+            rated[floor, own.stem] = {
+                (o.instance_type, o.market): o.capacity_rps for o in got.options
+            }
+    finally:
+        await store.close()
+    # At 0.75 half the requests may run on the small variant: rated as a model of 0.12 s
+    # a request (half of 0.2 s and half of 0.04 s), above the accurate variant alone.
+    key = ("c5.large", "on-demand")
+    assert rated[0.75, "large"][key] == pytest.approx(rated[0.8, "mix"][key])
+    assert rated[0.75, "large"][key] > rated[0.8, "large"][key]
