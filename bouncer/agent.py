@@ -70,6 +70,7 @@ from bouncer.runner import ModelLoadError, ModelRunner
 from bouncer.wire import (
     BATCH_PATH,
     DTYPES,
+    FALLBACK_HEADER,
     NDJSON_TYPE,
     VARIANT_HEADER,
     Batch,
@@ -224,6 +225,11 @@ class Agent:
                 self.pause(rest)
         return out
 
+    def _misses(self, deadlines: list[float], variant: str | None) -> bool:
+        """Whether the whole batch on ``variant`` would end past its earliest deadline."""
+        start = max(self.clock(), self.backlog.busy_until)
+        return start + self.expected_latency(len(deadlines), variant) > min(deadlines)
+
     def offer(self, deadlines: list[float], variant: str | None = None) -> Admission:
         """The Bouncer's verdict on a batch offered now; what it admits joins the queue."""
         decision = self.backlog.offer(
@@ -251,10 +257,14 @@ class Agent:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError too
             return web.json_response({"error": f"bad batch: {exc}"}, status=400)
 
+        fallback = request.headers.get(FALLBACK_HEADER)
+        if fallback in self.variants and deadlines and self._misses(deadlines, variant):
+            variant = fallback  # the named variant would finish it late; this one may not
         decision = self.offer(deadlines, variant)
 
         resp = web.StreamResponse(headers={"Content-Type": NDJSON_TYPE})
-        head = encode_verdict(decision.admitted, decision.rejected, decision.finish)
+        ran = variant if variant is not None else self.primary
+        head = encode_verdict(decision.admitted, decision.rejected, decision.finish, ran)
         try:
             await resp.prepare(request)
             await resp.write(head)

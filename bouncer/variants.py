@@ -16,6 +16,9 @@ finish and that spills, as without variants). A pinned batch goes on its variant
 
 ``AccuracyLedger`` keeps what was delivered: Σ accuracy × requests and the requests,
 over the last ``window_s`` in buckets, like the miss budget (``bouncer.miss_budget``).
+A batch counts when it is sent, so batches chosen at once cannot together take the
+window below the floor; one its agent moves to the fallback, or rejects, is counted
+again as it runs.
 Each frontend keeps its own, counted on its own requests: if each delivers at least the
 floor, so does the cluster. Pure state: times are arguments. The dispatcher keeps one
 per model on the wall clock, the simulator's engine one per run on virtual time.
@@ -60,8 +63,9 @@ class AccuracyLedger:
             self._n -= n
 
     def served(self, now: float, accuracy: float, requests: int) -> None:
-        """``requests`` answered by a variant of ``accuracy``."""
-        if requests <= 0:
+        """``requests`` sent to (or answered by) a variant of ``accuracy``; a negative
+        count takes back what was counted (a batch that ran elsewhere after all)."""
+        if requests == 0:
             return
         self._drop(now)
         start = now - now % BUCKET_S
@@ -114,3 +118,27 @@ def choose_variant(
         ):
             return v
     return best
+
+
+def fallback_for(
+    now: float,
+    chosen: Variant,
+    variants: Sequence[Variant],
+    ledger: AccuracyLedger,
+    floor: float,
+    requests: int,
+    *,
+    request_floor: float = 0.0,
+) -> Variant | None:
+    """The variant an agent may run a batch of ``requests`` on instead of ``chosen`` if
+    that would end it late: the most accurate faster one that the batch's requests accept
+    and the floor allows (``variants`` most accurate first); None if there is none."""
+    for v in variants:
+        if (
+            v.accuracy < chosen.accuracy
+            and v.accuracy >= request_floor - 1e-12
+            and v.latency(requests) < chosen.latency(requests)
+            and ledger.allows(now, v.accuracy, requests, floor)
+        ):
+            return v
+    return None

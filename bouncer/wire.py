@@ -54,6 +54,10 @@ VARIANT_HEADER = "X-Mark-Variant"
 """On a batch offered to an agent: the variant to run it on (none: the model's own). On a
 client's request: the variant it pins. On a response: the variants that served its rows,
 in row order, comma-separated where they differ (``bouncer.variants``)."""
+FALLBACK_HEADER = "X-Mark-Variant-Fallback"
+"""On a batch offered to an agent: a faster variant the frontend's accuracy floor allows
+it to run the batch on instead, if its Bouncer finds the named one would finish it past
+the batch's earliest deadline (the frontend's view of the queue is a moment old)."""
 FLOOR_HEADER = "X-Mark-Accuracy-Floor"
 """On a client's request: the least accuracy a variant must have to serve it."""
 """Who answered a prediction: instance ids (comma-separated if several), or "lambda"."""
@@ -122,6 +126,8 @@ class Verdict(NamedTuple):
     admitted: list[int]
     rejected: list[int]
     finish: float
+    variant: str | None = None
+    """The variant the batch runs on, where the agent has variants."""
 
 
 MAX_LINE_BYTES = 512 * 1024 * 1024
@@ -169,11 +175,17 @@ class LineReader:
             self._buf += chunk
 
 
-def encode_verdict(admitted: Sequence[int], rejected: Sequence[int], finish: float) -> bytes:
-    return (
-        dump_json({"admitted": list(admitted), "rejected": list(rejected), "finish": finish})
-        + b"\n"
-    )
+def encode_verdict(
+    admitted: Sequence[int], rejected: Sequence[int], finish: float, variant: str | None = None
+) -> bytes:
+    head: dict[str, Any] = {
+        "admitted": list(admitted),
+        "rejected": list(rejected),
+        "finish": finish,
+    }
+    if variant is not None:
+        head["variant"] = variant
+    return dump_json(head) + b"\n"
 
 
 def _object(line: bytes, what: str) -> dict[str, Any]:
@@ -194,6 +206,7 @@ def decode_verdict(line: bytes, size: int | None = None) -> Verdict:
             [int(i) for i in head["admitted"]],
             [int(i) for i in head["rejected"]],
             float(head["finish"]),
+            str(head["variant"]) if head.get("variant") is not None else None,
         )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"bad verdict line: {type(exc).__name__}: {exc}") from exc

@@ -75,7 +75,7 @@ from bouncer.routing import (
     spill_cap,
     window_end,
 )
-from bouncer.variants import AccuracyLedger, Variant, choose_variant
+from bouncer.variants import AccuracyLedger, Variant, choose_variant, fallback_for
 from bouncer.wire import (
     JSON_TYPE,
 )
@@ -404,21 +404,24 @@ class Dispatcher(InFlight, Spilling):
             if backend is None:
                 self._spill(batch, "no-backend")
                 continue
-            variant, latency = self._variant_for(batch, backend, now)
+            variant, latency, fallback = self._variant_for(batch, backend, now)
             # Reserve the instance now so the next batch sees it busy.
             backend.busy_until = finish_if_sent(now, backend.busy_until, latency(len(batch)))
-            flight = Flight(backend, batch, variant)
+            flight = Flight(backend, batch, variant, fallback)
+            if variant is not None:  # counted as sent (``bouncer.variants``)
+                self.ledger.served(now, self.accuracy[variant], len(batch))
             self._flights.setdefault(backend.instance_id, set()).add(flight)
             flight.task = self._spawn(self._send(flight))
             self._arm(flight, now + self.grace_s, f"no verdict within {self.grace_s:g} s")
 
     def _variant_for(
         self, batch: list[Queued], backend: Backend, now: float
-    ) -> tuple[str | None, BatchLatency]:
-        """The variant a batch runs on (``bouncer.variants.choose_variant``) and its T_b on
-        the instance; (None, the model's T_b) for a model without variants."""
+    ) -> tuple[str | None, BatchLatency, str | None]:
+        """The variant a batch runs on (``bouncer.variants.choose_variant``), its T_b on
+        the instance, and the fallback the agent may run it on instead (``fallback_for``);
+        (None, the model's T_b, None) for a model without variants."""
         if not self.variants:
-            return None, backend.latency
+            return None, backend.latency, None
         loaded = [
             Variant(name, acc, backend.latency if name == self.primary else backend.variants[name])
             for name, acc in self.variants
@@ -426,9 +429,8 @@ class Dispatcher(InFlight, Spilling):
         ]
         group = batch[0].group
         if group.pin is not None:  # obeyed even where not loaded: the agent then refuses it
-            return group.pin, next(
-                (v.latency for v in loaded if v.name == group.pin), backend.latency
-            )
+            pinned = next((v.latency for v in loaded if v.name == group.pin), backend.latency)
+            return group.pin, pinned, None
         deadlines = [r.deadline - backend.allowance_s for r in batch]
         chosen = choose_variant(
             now,
@@ -439,7 +441,16 @@ class Dispatcher(InFlight, Spilling):
             self.accuracy_floor,
             request_floor=group.floor,
         )
-        return chosen.name, chosen.latency
+        fallback = fallback_for(
+            now,
+            chosen,
+            loaded,
+            self.ledger,
+            self.accuracy_floor,
+            len(batch),
+            request_floor=group.floor,
+        )
+        return chosen.name, chosen.latency, None if fallback is None else fallback.name
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)

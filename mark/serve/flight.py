@@ -127,7 +127,9 @@ class Flight:
     backend: Backend
     batch: list[Queued]
     variant: str | None = None
-    """The variant it runs on (None: the model has none)."""
+    """The variant it runs on (None: the model has none); the agent's verdict may change
+    it to ``fallback``."""
+    fallback: str | None = None
     task: asyncio.Task[None] | None = None
     timer: asyncio.TimerHandle | None = None
 

@@ -15,8 +15,10 @@ import numpy as np
 
 from bouncer.agent_token import token_headers
 from bouncer.routing import allowance_after
+from bouncer.variants import AccuracyLedger
 from bouncer.wire import (
     BATCH_PATH,
+    FALLBACK_HEADER,
     JSON_TYPE,
     VARIANT_HEADER,
     LineReader,
@@ -41,6 +43,9 @@ class InFlight:
     session: aiohttp.ClientSession
     backends: dict[str, Backend]
     _flights: dict[str, set[Flight]]
+
+    accuracy: dict[str, float]
+    ledger: AccuracyLedger
 
     if TYPE_CHECKING:
 
@@ -132,6 +137,8 @@ class InFlight:
         backend, batch = flight.backend, flight.batch
         iid = backend.instance_id
         named = {VARIANT_HEADER: flight.variant} if flight.variant is not None else {}
+        if flight.fallback is not None:
+            named[FALLBACK_HEADER] = flight.fallback
         async with self.session.post(
             f"{backend.url}{BATCH_PATH}", data=body, headers={**_JSON, **token_headers(), **named}
         ) as resp:
@@ -142,6 +149,12 @@ class InFlight:
             lines = LineReader(resp.content)
             head = decode_verdict(await lines.line(), len(batch))
             now = self.clock()
+            sent = flight.variant
+            if sent is not None:  # counted as sent: now as it runs, rejected rows not at all
+                ran = head.variant if head.variant in self.accuracy else sent
+                self.ledger.served(now, self.accuracy[sent], -len(batch))
+                self.ledger.served(now, self.accuracy[ran], len(head.admitted))
+                flight.variant = ran  # the agent may have taken the fallback
             current = self.backends.get(iid)
             if current is not None:
                 current.busy_until = max(now, head.finish, current.penalised_until)

@@ -74,8 +74,8 @@ class Spilling:
             return
         now = self.clock()
         outcome = Outcome(output, error, served_by, now - r.arrival, variant)
-        if variant is not None and error is None:
-            self.ledger.served(now, self.accuracy[variant], 1)
+        if variant is not None and error is None and served_by == "lambda":
+            self.ledger.served(now, self.accuracy[variant], 1)  # an instance's: as sent
         group.outcomes[r.index] = outcome
         group.pending -= 1
         if group.pending == 0 and not group.done.done():

@@ -59,5 +59,13 @@ async def test_an_agent_runs_the_variant_a_batch_names(tmp_path: Path) -> None:
         assert np.allclose(outs[None], outs["large"])  # the model's own is the primary
         assert np.allclose(outs["small"], small, atol=1e-6)
         assert not np.allclose(outs["small"], outs["large"])
+        # A batch its named variant would finish late runs on the fallback it was given.
+        late = {"instances": x.tolist(), "deadlines": [time.time() + 0.001] * 2}
+        fb = {"X-Mark-Variant": "large", "X-Mark-Variant-Fallback": "small"}
+        resp = await client.post("/v1/batch", json=late, headers=fb)
+        head = json.loads((await resp.text()).splitlines()[0])
+        assert head["variant"] == "small"
+        on_time = await client.post("/v1/batch", json=body, headers=fb)
+        assert json.loads((await on_time.text()).splitlines()[0])["variant"] == "large"
         bad = await client.post("/v1/batch", json=body, headers={"X-Mark-Variant": "tiny"})
         assert bad.status == 400 and "no variant 'tiny' loaded here" in (await bad.json())["error"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bouncer.latency import BatchLatency
-from bouncer.variants import AccuracyLedger, Variant, choose_variant
+from bouncer.variants import AccuracyLedger, Variant, choose_variant, fallback_for
 
 LARGE = Variant("large", 0.80, BatchLatency.from_mapping({1: 0.10, 4: 0.25}))
 SMALL = Variant("small", 0.70, BatchLatency.from_mapping({1: 0.03, 4: 0.06}))
@@ -54,3 +54,12 @@ def test_a_pin_is_obeyed_and_a_request_floor_rules_out_less_accurate_variants() 
 def test_with_one_variant_the_rule_changes_nothing() -> None:
     led = AccuracyLedger()
     assert choose_variant(0.1, 5.0, [0.2], (LARGE,), led, 0.0) is LARGE
+
+
+def test_the_fallback_is_the_most_accurate_faster_variant_the_floor_allows() -> None:
+    led = AccuracyLedger()
+    led.served(0.0, 0.80, 10)
+    assert fallback_for(0.0, LARGE, BOTH, led, 0.75, 1) is SMALL
+    assert fallback_for(0.0, SMALL, BOTH, led, 0.75, 1) is None  # nothing faster
+    assert fallback_for(0.0, LARGE, BOTH, AccuracyLedger(), 0.75, 1) is None  # floor spent
+    assert fallback_for(0.0, LARGE, BOTH, led, 0.75, 1, request_floor=0.78) is None

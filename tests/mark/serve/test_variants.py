@@ -165,17 +165,20 @@ async def test_a_burst_moves_to_the_faster_variant_before_any_spill(pair: Pair) 
     assert all(o.ok and o.served_by == "i-1" for o in got)  # nothing spilled
     assert [pair.which(burst[i], o.output) for i, o in enumerate(got)] == [o.variant for o in got]
     delivered = d.ledger.delivered(time.time())
-    assert delivered is not None and delivered >= 0.75  # (7 x 0.8 + 3 x 0.7) / 10 = 0.77
+    assert delivered is not None and delivered >= 0.75 - 1e-9  # (7 x 0.8 + 3 x 0.7) / 10
 
 
 async def test_the_floor_keeps_the_accurate_variant_and_the_rest_spills(pair: Pair) -> None:
     d = pair.dispatcher
+    for i in range(6):  # clients that pinned the fast variant spent the window: 0.70
+        (o,) = await d.submit(_rows(1, seed=10 + i), pin="small")
+        assert o.variant == "small"
     burst = _rows(4, seed=3)
-    # Nothing delivered yet: a request at 0.70 would put the window below 0.75.
+    # Another request at 0.70 would keep the window below 0.75: all on the accurate one.
     outs = await asyncio.gather(*(d.submit(burst[i : i + 1]) for i in range(4)))
     got = [o for (o,) in outs]
     assert all(o.ok and o.variant == "large" for o in got)
-    assert sum(o.spilled for o in got) >= 1  # what the instance could not take spilled
+    assert [o.spilled for o in got] == [False, True, True, True]  # 0.3 s each: one fits
     assert all(pair.which(burst[i], o.output) == "large" for i, o in enumerate(got))
 
 
