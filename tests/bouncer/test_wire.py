@@ -25,6 +25,7 @@ def test_what_json_cannot_hold_is_a_type_error() -> None:
 def test_the_agent_protocol_round_trips() -> None:
     from bouncer.wire import (
         SERVED_BY_HEADER,
+        Verdict,
         decode_batch,
         decode_result,
         decode_verdict,
@@ -42,7 +43,9 @@ def test_the_agent_protocol_round_trips() -> None:
         with pytest.raises((ValueError, KeyError, TypeError)):
             decode_batch(bad)
     head = encode_verdict((0, 2), (1,), 12.5)
-    assert head.endswith(b"\n") and decode_verdict(head) == ([0, 2], [1], 12.5)
+    assert head.endswith(b"\n") and decode_verdict(head) == Verdict([0, 2], [1], 12.5)
+    named = decode_verdict(encode_verdict((0,), (), 1.0, "small"))
+    assert named == Verdict([0], [], 1.0, "small")  # the variant the batch ran on
     assert decode_result(encode_outputs(rows[:2])) == ([[0.0, 1.0], [2.0, 3.0]], None)
     assert decode_result(encode_error("boom")) == (None, "boom")
     assert SERVED_BY_HEADER == "X-Mark-Served-By"  # clients read it: a public name
