@@ -44,8 +44,8 @@ def test_the_agent_protocol_round_trips() -> None:
             decode_batch(bad)
     head = encode_verdict((0, 2), (1,), 12.5)
     assert head.endswith(b"\n") and decode_verdict(head) == Verdict([0, 2], [1], 12.5)
-    named = decode_verdict(encode_verdict((0,), (), 1.0, "small"))
-    assert named == Verdict([0], [], 1.0, "small")  # the variant the batch ran on
+    ran = decode_verdict(encode_verdict((0,), (), 1.0, "small"))
+    assert ran == Verdict([0], [], 1.0, "small")  # the variant the batch ran on
     assert decode_result(encode_outputs(rows[:2])) == ([[0.0, 1.0], [2.0, 3.0]], None)
     assert decode_result(encode_error("boom")) == (None, "boom")
     assert SERVED_BY_HEADER == "X-Mark-Served-By"  # clients read it: a public name
