@@ -131,6 +131,16 @@ SETS: dict[str, list[RunSet]] = {
             True,
         ),
     ],
+    "variants": [
+        RunSet(
+            f"variants-{floor}",
+            "mark",
+            ("--variants", "resnet-50,resnet-18", "--accuracy-floor", floor),
+            f"variants at floor {floor}",
+            ONE,
+        )
+        for floor in ("0.77", "0.75")
+    ],
     "warmup": [
         RunSet("warmup-1h", "mark", ("--warmup-s", "3600"), "3 h warm-up (against 1 h)", ONE),
         RunSet("warmup-6h", "mark", ("--warmup-s", "21600"), "3 h warm-up (against 6 h)", ONE),

@@ -23,7 +23,7 @@ from mark.cli.context import console, err_console, run_async, state
 from mark.errors import ConfigError, UnknownOffering
 from mark.sim.bound import Bound
 from mark.sim.compare import bound_code, compare, train_forecaster
-from mark.sim.models import PAPER_MODELS, paper_model
+from mark.sim.models import GFLOPS, PAPER_MODELS, SimModel, paper_model, with_variants
 from mark.sim.oracle_forecast import ORACLE, OracleForecast
 from mark.sim.policies import POLICIES, Policy, parse_policies
 from mark.sim.results import PolicyResult
@@ -398,6 +398,19 @@ def simulate(
         "kept while its volume costs less than the boot a start spares (the daemon's "
         "default, timings.warm_start_s; --no-warm-pool: terminated)",
     ),
+    variants: str | None = typer.Option(
+        None,
+        help="mark policies: serve the model with these variants beside it, e.g. "
+        "resnet-50,resnet-18 (Inception-v3 only; each rated at the model's T_b times its "
+        "GFLOPS over the model's, with torchvision's published top-1: mark/sim/models.py)",
+    ),
+    accuracy_floor: float | None = typer.Option(
+        None,
+        min=0.0,
+        max=1.0,
+        help="with --variants: the accuracy mark's policies keep on average while choosing "
+        "variants per batch (slo.accuracy_floor); the baselines serve the model alone",
+    ),
     spill_batching: bool = typer.Option(
         True,
         "--spill-batching/--no-spill-batching",
@@ -450,6 +463,10 @@ def simulate(
         raise ConfigError(f"--format {fmt!r}: use table, json or csv")
     chosen = parse_policies(policies, note=lambda msg: err_console.print(f"note: {msg}"))
     sim_model = paper_model(model)
+    if variants is not None:
+        sim_model = _with_variants(sim_model, variants)
+    if (accuracy_floor is None) != (variants is None):
+        raise ConfigError("--variants and --accuracy-floor go together")
     if sagemaker_type is not None:
         _check_sagemaker_type(sagemaker_type, model, sorted(sim_model.latency), chosen)
     cfg = SimConfig(
@@ -468,6 +485,7 @@ def simulate(
         volume_gb=volume_gb,
         warm_pool=warm_pool,
         spill_batching=spill_batching,
+        accuracy_floor=accuracy_floor,
         pooled_capacity=parse_pooled(pooled_capacity),
         capacity_target=capacity_target,
     )
@@ -575,3 +593,17 @@ def simulate(
             console.print(line)
         for note in sim_model.notes:
             console.print(f"[dim]{note}[/]")
+
+
+def _with_variants(model: SimModel, names: str) -> SimModel:
+    family = [n.strip() for n in names.split(",") if n.strip()]
+    if model.name not in GFLOPS:
+        raise ConfigError(
+            f"--variants: only {', '.join(n for n in GFLOPS if n in PAPER_MODELS)} has a "
+            "family rated here"
+        )
+    unknown = [n for n in family if n not in GFLOPS or n == model.name]
+    if unknown or not family:
+        known = ", ".join(n for n in GFLOPS if n != model.name)
+        raise ConfigError(f"--variants {names!r}: name some of {known}")
+    return with_variants(model, family)

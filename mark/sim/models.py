@@ -31,8 +31,8 @@ with it; its ``source`` names the profile, never a file that is loaded.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 
@@ -68,6 +68,15 @@ PAPER_MODELS = {
 
 
 @dataclass(frozen=True)
+class SimVariant:
+    """One of a simulated model's variants: its accuracy and its T_b per type."""
+
+    name: str
+    accuracy: float
+    latency: Mapping[str, BatchLatency]
+
+
+@dataclass(frozen=True)
 class SimModel:
     name: str
     rt_max_s: float
@@ -87,6 +96,9 @@ class SimModel:
             slo=SLO(rt_max_ms=self.rt_max_s * 1000.0, sl_min=self.sl_min),
         )
 
+    variants: tuple[SimVariant, ...] = ()
+    """Where the model has variants (``with_variants``), all of them, most accurate first:
+    the first is the model itself (``latency``)."""
     lambda_batches: BatchLatency | None = None
     """The spill function's batch latency at ``lambda_memory_mb`` where a batch curve is
     known (``LAMBDA_BATCH_SHAPES``): it sizes batched spill (``bouncer.routing.spill_chunks``)
@@ -132,6 +144,30 @@ def lambda_curve(name: str, t1_s: float) -> BatchLatency | None:
         if shape is None
         else BatchLatency.from_mapping({k: t1_s * r for k, r in shape.items()})
     )
+
+
+GFLOPS = {"inception-v3": 5.71, "resnet-50": 4.09, "resnet-18": 1.81}
+"""Forward GFLOPS per image at each model's input size (torchvision's model table,
+https://pytorch.org/vision/stable/models.html, "GFLOPS" column)."""
+TOP1 = {"inception-v3": 0.7729, "resnet-50": 0.7613, "resnet-18": 0.6976}
+"""ImageNet-1k top-1 of torchvision's weights (the same table, "Acc@1", IMAGENET1K_V1)."""
+
+
+def with_variants(model: SimModel, family: Sequence[str]) -> SimModel:
+    """``model`` (Inception-v3) with the variants ``family`` names, most accurate first:
+    each rated on every type at the model's T_b × its GFLOPS over the model's (a stated
+    rule, not a measurement: CPU inference time roughly follows FLOPs within one family of
+    dense convolutional networks), with torchvision's published top-1."""
+    base = GFLOPS[model.name]
+    variants = [
+        SimVariant(
+            name,
+            TOP1[name],
+            {t: c.scaled(GFLOPS[name] / base) for t, c in model.latency.items()},
+        )
+        for name in [model.name, *family]
+    ]
+    return replace(model, variants=tuple(sorted(variants, key=lambda v: -v.accuracy)))
 
 
 def current_types(types: Iterable[str]) -> list[str]:

@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from bouncer.latency import BatchLatency
 from bouncer.miss_budget import MissBudget
+from bouncer.variants import Variant
 from mark.billing import ebs_charge, ec2_charge
 from mark.catalog import (
     Catalog,
@@ -51,6 +52,7 @@ from provisioner.batching import serving_batching
 from provisioner.greedy import PlannerOption
 from provisioner.pool_batching import batching_for
 from provisioner.target_tracking import DEFAULT_METRIC_DELAY_S
+from provisioner.variant_mix import planning_curves
 
 Progress = Callable[[float], None]  # fraction of simulated time done
 Extra = dict[str, float | int | bool | str]  # what a driver adds to a result's extras
@@ -126,6 +128,9 @@ class SimConfig:
     # mark policies: how long an instance the plan no longer wants stays before it is
     # retired (the daemon's timings.cooldown_s; None: its default, the boot time).
     cooldown_s: float | None = None
+    accuracy_floor: float | None = None
+    """mark policies: serve the model's variants (``SimModel.variants``) under this floor,
+    planned at the mix it allows; None: the model alone (its most accurate variant)."""
     spill_batching: bool = True
     """Spill in batches sized from the function's batch curve, where the model has one
     (``SimModel.lambda_batches``, ``bouncer.routing.spill_chunks``); False: one request
@@ -171,9 +176,22 @@ def model_options(
     markets: Sequence[str],
     batching: bool,
     boot_s: float,
+    accuracy_floor: float | None = None,
 ) -> list[PlannerOption]:
+    """The planner's options; with ``accuracy_floor`` and variants, each type rated at the
+    mix of variants the floor allows (``provisioner.variant_mix``), as the daemon rates it."""
     spec = model.spec()
     curves = latency_curves(model, batching)
+    if accuracy_floor is not None and model.variants:
+        primary, *others = model.variants
+        curves = planning_curves(
+            curves,
+            {v.name: dict(v.latency) for v in others},
+            {v.name: v.accuracy for v in model.variants},
+            primary.name,
+            accuracy_floor,
+            model.rt_max_s,
+        )
     types = [t for t in curves if t in catalog.types]
     return build_options(spec, catalog, types, [Market(m) for m in markets], curves, boot_s)
 
@@ -227,6 +245,7 @@ class SimWorld:
             timeout_s=cfg.sagemaker_invocation_timeout_s if self.hosting is not None else None,
             budget=self._miss_budget(),
             spill_batches=model.lambda_batches if cfg.spill_batching else None,
+            accuracy_floor=cfg.accuracy_floor or 0.0,
         )
         boot = cfg.boot_s if fleet_boot_s is None else fleet_boot_s
         self.fleet = SimFleet(
@@ -236,8 +255,10 @@ class SimWorld:
             start_delay_s=lambda _t: cfg.standby_start_s,
         )
         self.curves = latency_curves(model, policy.batching)
+        self.accuracy_floor = cfg.accuracy_floor if policy.kind == "mark" else None
+        """With variants: the floor mark's policies choose them under (None: one variant)."""
         self.options = model_options(
-            model, self.catalog, policy.markets, policy.batching, cfg.boot_s
+            model, self.catalog, policy.markets, policy.batching, cfg.boot_s, self.accuracy_floor
         )
         if not self.options:
             raise ConfigError(f"{model.name}: no offering meets RT_max in {policy.markets}")
@@ -317,6 +338,12 @@ class SimWorld:
             curve = self.curves[itype]
             n, w = serving_batching(curve, self.model.rt_max_s)
             srv = Server(inst.instance_id, itype, inst.market.value, inst.role.value, curve, n, w)
+            if self.accuracy_floor is not None and self.model.variants:
+                srv.variants = tuple(
+                    Variant(v.name, v.accuracy, curve if i == 0 else v.latency[itype])
+                    for i, v in enumerate(self.model.variants)
+                    if i == 0 or itype in v.latency
+                )
         self._servers[inst.instance_id] = srv
         return srv
 
@@ -353,6 +380,14 @@ class SimWorld:
         pending = sum(1 for i in live if i.state is InstanceState.PENDING)
         cap = sum(caps.get((i.instance_type, i.market.value), 0.0) for i in serving)
         self.timeline.append((t, len(serving), cap, pending))
+
+    def _accuracy(self, first: int) -> Extra:
+        """The mean accuracy the window's answered requests got, where variants chose."""
+        acc = self.engine.acc[first:]
+        answered = acc[~np.isnan(acc)]
+        if self.accuracy_floor is None or not answered.size:
+            return {}
+        return {"accuracy_delivered": float(answered.mean())}
 
     def start_measuring(self) -> None:
         """Called at ``t0``: what Lambda has cost, and the cold starts and throttles it has
@@ -432,6 +467,7 @@ class SimWorld:
             "lambda_throttled": self.lam.throttled - throttled0,
             "interruptions": self.interruptions,
             "declined": int(np.count_nonzero(where == DECLINED)),
+            **self._accuracy(first),
             **(extra or {}),
         }
         return summarise(
