@@ -319,3 +319,40 @@ def test_the_table_shows_unanswered_percentiles_as_infinite_and_says_why() -> No
     (note,) = _unanswered_note([some_unanswered, all_answered])
     assert "no answer" in note
     assert _unanswered_note([all_answered]) == []
+
+
+async def test_with_variants_mark_buys_less_and_keeps_the_floor_the_baseline_serves_alone() -> None:
+    """A steady 30 r/s for an hour on c5.large, whose accurate variant takes 0.2 s a
+    request and the fast one 0.05 s (accuracies 0.8 and 0.7). At a floor of 0.75 mark is
+    planned at the half-and-half mix, buys fewer instances, and delivers at least the
+    floor; ec2-target-tracking serves the model alone and reports no accuracy."""
+    from dataclasses import replace
+
+    from mark.sim.models import SimVariant
+
+    base = _model()
+    fast = {t: c.scaled(0.25) for t, c in base.latency.items()}
+    model = replace(
+        base,
+        variants=(SimVariant("tiny", 0.8, base.latency), SimVariant("fast", 0.7, fast)),
+    )
+    seconds = 3600
+    w = _workload(np.full(seconds, 30.0), seconds)
+    arrivals = np.arange(w.t0 - 1800, w.t0 + seconds, 1 / 30)
+    got = {}
+    for floor in (None, 0.75):
+        cfg = SimConfig(warmup_s=1800, accuracy_floor=floor)
+        got[floor] = await Simulation(w, model, POLICIES["mark"], cfg, arrivals=arrivals).run()
+    alone, mixed = got[None], got[0.75]
+    assert "accuracy_delivered" not in alone.extra
+    assert mixed.extra["accuracy_delivered"] >= 0.75 - 1e-9
+    assert mixed.within_slo >= 0.98 and alone.within_slo >= 0.98
+    assert sum(mixed.instance_hours.values()) < sum(alone.instance_hours.values())
+    tt = await Simulation(
+        w,
+        model,
+        POLICIES["ec2-target-tracking"],
+        SimConfig(warmup_s=1800, accuracy_floor=0.75),
+        arrivals=arrivals,
+    ).run()
+    assert "accuracy_delivered" not in tt.extra
