@@ -30,10 +30,9 @@ from bouncer.contract import (
 )
 from bouncer.miss_budget import DEFAULT_PERIOD_S
 from bouncer.miss_budget import DEFAULT_SHARE as DEFAULT_DECLINE_SHARE
-from mark.config.variants import VariantSpec, check_variants, with_primary
+from mark.config.variants import VariantSpec, check_variants, url_safe, with_primary
 
 Dtype = Literal["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,127}$")
 LEGACY_INPUT = "input"
 """The input's name for a model declared with ``input:`` (no manifest)."""
@@ -188,12 +187,7 @@ class ModelSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(
-                f"{v!r} is not a valid model name; allowed: 1-63 of a-z 0-9 . _ - "
-                "starting with a letter or digit"
-            )
-        return v
+        return url_safe(v, "model")
 
     @model_validator(mode="after")
     def _tensors(self) -> ModelSpec:

@@ -46,12 +46,17 @@ class VariantSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(
-                f"{v!r} is not a valid variant name; allowed: 1-63 of a-z 0-9 . _ - "
-                "starting with a letter or digit"
-            )
-        return v
+        return url_safe(v, "variant")
+
+
+def url_safe(v: str, what: str) -> str:
+    """``v`` if it is a URL-safe name (a model's, a variant's), else ``ValueError``."""
+    if not _NAME.match(v):
+        raise ValueError(
+            f"{v!r} is not a valid {what} name; allowed: 1-63 of a-z 0-9 . _ - "
+            "starting with a letter or digit"
+        )
+    return v
 
 
 def with_primary(data: dict[str, Any]) -> dict[str, Any]:
