@@ -60,6 +60,7 @@ from mark.serve.model_routes import (
 )
 from mark.serve.openapi import openapi_document
 from mark.serve.parsing import Parsing
+from mark.serve.variant_choice import variant_metrics
 
 __all__ = ["MAX_INSTANCES_PER_REQUEST", "STATE", "ApiState", "Parsing", "Served", "build_app"]
 
@@ -95,6 +96,11 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
     text = "".join(s.telemetry.prometheus() for s in state.models.values() if s.telemetry)
+    text += "".join(
+        variant_metrics(s.spec.name, s.dispatcher)
+        for s in state.models.values()
+        if s.dispatcher is not None and s.dispatcher.variants
+    )
     if state.more_metrics is not None:
         text += state.more_metrics()
     if AUTH in request.app:

@@ -5,13 +5,17 @@ least accuracy, from the request's headers (both protocols) or a V2 request's
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bouncer.wire import FLOOR_HEADER, VARIANT_HEADER
 from mark.config import ModelSpec
 from mark.serve.codec import BadRequest
 from mark.serve.flight import Outcome
+
+if TYPE_CHECKING:
+    from mark.serve.dispatcher import Dispatcher
 
 PIN_PARAMETER = "variant"
 FLOOR_PARAMETER = "accuracy_floor"
@@ -74,3 +78,14 @@ def variant_served(outcomes: Sequence[Outcome]) -> str | None:
 def variant_headers(outcomes: Sequence[Outcome]) -> dict[str, str]:
     served = variant_served(outcomes)
     return {} if served is None else {VARIANT_HEADER: served}
+
+
+def variant_metrics(model: str, dispatcher: Dispatcher) -> str:
+    """Prometheus lines of a model with variants: the accuracy delivered over the SLO's
+    period (this frontend's requests) beside its floor."""
+    delivered = dispatcher.ledger.delivered(time.time())
+    label = f'model="{model}"'
+    lines = [f"mark_accuracy_floor{{{label}}} {dispatcher.accuracy_floor:g}"]
+    if delivered is not None:
+        lines.append(f"mark_accuracy_delivered{{{label}}} {delivered:.6f}")
+    return "\n".join(lines) + "\n"

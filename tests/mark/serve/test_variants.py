@@ -30,6 +30,7 @@ from mark.serve.dispatcher import Backend, Dispatcher, Outcome
 from mark.serve.endpoint import Served, build_app
 
 KEY, TOKEN = issue("tests", ["inference"], 0.0)
+METRICS_KEY, METRICS_TOKEN = issue("scraper", ["metrics"], 0.0)
 LARGE_T, SMALL_T = 0.3, 0.03  # T_1 of each variant, as the agent's Bouncer admits by them
 SLOWDOWN = 2.0  # the agent runs each batch for its T_1 (the rest of it a pause), as the
 # local world's agents emulate a type's speed: its queue is real, not only predicted
@@ -131,7 +132,7 @@ async def pair(spec: ModelSpec) -> AsyncIterator[Pair]:
         )
         disp.start()
         app = build_app(
-            load_settings(), {"pair": Served(spec, disp, None)}, keys=KeyCache.fixed([KEY])
+            load_settings(), {"pair": Served(spec, disp, None)}, keys=KeyCache.fixed([KEY, METRICS_KEY])
         )
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
@@ -166,6 +167,13 @@ async def test_a_burst_moves_to_the_faster_variant_before_any_spill(pair: Pair) 
     assert [pair.which(burst[i], o.output) for i, o in enumerate(got)] == [o.variant for o in got]
     delivered = d.ledger.delivered(time.time())
     assert delivered is not None and delivered >= 0.75 - 1e-9  # (7 x 0.8 + 3 x 0.7) / 10
+    async with (
+        aiohttp.ClientSession(headers={"X-Api-Key": METRICS_TOKEN}) as s,
+        s.get(f"http://{pair.url}/metrics") as r,
+    ):
+        text = await r.text()
+    assert 'mark_accuracy_floor{model="pair"} 0.75' in text
+    assert f'mark_accuracy_delivered{{model="pair"}} {delivered:.6f}' in text
 
 
 async def test_the_floor_keeps_the_accurate_variant_and_the_rest_spills(pair: Pair) -> None:
