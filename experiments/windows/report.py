@@ -29,9 +29,10 @@ HEAD_POLICIES = (
 )
 
 
-def head(root: Path, model: str) -> dict[str, Doc]:
-    """The `mark` and `baselines` sets' runs of a model, joined window by window."""
-    out = load(root / "mark" / model)
+def head(root: Path, model: str, base: str = "mark") -> dict[str, Doc]:
+    """The ``base`` (``mark``) and `baselines` sets' runs of a model, joined window by
+    window."""
+    out = load(root / base / model)
     for key, doc in load(root / "baselines" / model).items():
         if key in out:
             out[key]["by"].update(doc["by"])
@@ -41,8 +42,12 @@ def head(root: Path, model: str) -> dict[str, Doc]:
 
 
 def paired(root: Path, model: str, run_set: str, policy: str) -> list[tuple[Doc, Doc]]:
-    """(the shipped run, the run set's) of ``policy``, window by window, where both ran."""
-    base = head(root, model)
+    """(the shipped run, the run set's) of ``policy``, window by window, where both ran: the
+    shipped run of the code the set ran beside (``RunSet.base``)."""
+    from run import SETS
+
+    bases = {rs.name: rs.base for sets in SETS.values() for rs in sets}
+    base = head(root, model, bases.get(run_set, "mark"))
     runs = load(root / run_set / model)
     return [
         (base[k]["by"][policy], runs[k]["by"][policy])

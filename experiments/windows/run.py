@@ -74,6 +74,14 @@ class RunSet:
     compute goes to the windows rather than to draws of the same window."""
     gone: bool = False
     """Its rule left the code after it ran: its results stay in the report, it runs no more."""
+    base: str = "mark"
+    """The set its runs are paired with, window by window: ``mark`` as the code is now, or
+    ``WITH_FLOOR`` for the sets that ran while the persisting floor was in the code."""
+
+
+WITH_FLOOR = "mark-with-floor"
+"""mark's runs made while the persisting floor was in the code (up to 1d447c9): the base
+of the ablation sets that ran then, so each pair differs in its one rule alone."""
 
 
 ONE = (0,)  # the seed the paired sets run (RunSet.seeds)
@@ -85,17 +93,51 @@ SETS: dict[str, list[RunSet]] = {
         RunSet("spot-stressed", "mark-spot", ("--interrupt-rate", str(STRESSED_RATE)), seeds=ONE)
     ],
     "ablation": [
-        RunSet("no-warm-pool", "mark", ("--no-warm-pool",), "warm pool", ONE),
-        RunSet("no-early-steps", "mark", ("--no-early-steps",), "early steps", ONE),
+        RunSet("no-warm-pool", "mark", ("--no-warm-pool",), "warm pool", ONE, base=WITH_FLOOR),
         RunSet(
-            "no-persisting-floor", "mark", ("--no-persisting-floor",), "persisting floor", ONE, True
+            "no-early-steps", "mark", ("--no-early-steps",), "early steps", ONE, base=WITH_FLOOR
         ),
-        RunSet("no-capacity-target", "mark", ("--no-capacity-target",), "capacity target", ONE),
         RunSet(
-            "no-pooled-capacity", "mark", ("--pooled-capacity", "false"), "pooled capacity", ONE
+            "no-persisting-floor",
+            "mark",
+            ("--no-persisting-floor",),
+            "persisting floor",
+            ONE,
+            True,
+            WITH_FLOOR,
         ),
-        RunSet("no-calendar", "mark", ("--predictor", "lstm"), "rise-ahead (calendar)", ONE),
-        RunSet("declines-on", "mark", ("--decline-share", "0.9"), "declines (0.9)", ONE),
+        RunSet(
+            "no-capacity-target",
+            "mark",
+            ("--no-capacity-target",),
+            "capacity target",
+            ONE,
+            base=WITH_FLOOR,
+        ),
+        RunSet(
+            "no-pooled-capacity",
+            "mark",
+            ("--pooled-capacity", "false"),
+            "pooled capacity",
+            ONE,
+            base=WITH_FLOOR,
+        ),
+        RunSet(
+            "no-calendar",
+            "mark",
+            ("--predictor", "lstm"),
+            "rise-ahead (calendar)",
+            ONE,
+            base=WITH_FLOOR,
+        ),
+        RunSet(
+            "declines-on",
+            "mark",
+            ("--decline-share", "0.9"),
+            "declines (0.9)",
+            ONE,
+            base=WITH_FLOOR,
+        ),
         RunSet(
             "no-spill-batching",
             "mark,mark-spot",
@@ -112,6 +154,7 @@ SETS: dict[str, list[RunSet]] = {
             "persisting floor (mark-spot)",
             ONE,
             True,
+            WITH_FLOOR,
         ),
         RunSet(
             "no-calendar-spot",
@@ -119,6 +162,7 @@ SETS: dict[str, list[RunSet]] = {
             ("--predictor", "lstm"),
             "rise-ahead (calendar) (mark-spot)",
             ONE,
+            base=WITH_FLOOR,
         ),
     ],
     "together": [
@@ -129,6 +173,7 @@ SETS: dict[str, list[RunSet]] = {
             "persisting floor and calendar, together",
             ONE,
             True,
+            WITH_FLOOR,
         ),
     ],
     "variants": [
