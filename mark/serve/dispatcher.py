@@ -75,7 +75,7 @@ from bouncer.routing import (
     spill_cap,
     window_end,
 )
-from bouncer.variants import AccuracyLedger, Variant, choose_variant, fallback_for
+from bouncer.variants import AccuracyLedger
 from bouncer.wire import (
     JSON_TYPE,
 )
@@ -84,6 +84,7 @@ from mark.serve.flight import DECLINED, Backend, Flight, Group, Outcome, Queued,
 from mark.serve.in_flight import InFlight
 from mark.serve.spilling import SHUTTING_DOWN, Spilling
 from mark.serve.telemetry import Telemetry
+from mark.serve.variant_routing import VariantRouting
 
 __all__ = ["DECLINED", "SHUTTING_DOWN", "Backend", "Dispatcher", "Dispatchers", "Outcome", "Row"]
 
@@ -105,7 +106,7 @@ SPILL_TIMEOUT_S = 60.0
 (``AwsLambda``'s ``timeout_s``)."""
 
 
-class Dispatcher(InFlight, Spilling):
+class Dispatcher(InFlight, Spilling, VariantRouting):
     def __init__(
         self,
         model: str,
@@ -413,44 +414,6 @@ class Dispatcher(InFlight, Spilling):
             self._flights.setdefault(backend.instance_id, set()).add(flight)
             flight.task = self._spawn(self._send(flight))
             self._arm(flight, now + self.grace_s, f"no verdict within {self.grace_s:g} s")
-
-    def _variant_for(
-        self, batch: list[Queued], backend: Backend, now: float
-    ) -> tuple[str | None, BatchLatency, str | None]:
-        """The variant a batch runs on (``bouncer.variants.choose_variant``), its T_b on
-        the instance, and the fallback the agent may run it on instead (``fallback_for``);
-        (None, the model's T_b, None) for a model without variants."""
-        if not self.variants:
-            return None, backend.latency, None
-        loaded = [
-            Variant(name, acc, backend.latency if name == self.primary else backend.variants[name])
-            for name, acc in self.variants
-            if name == self.primary or name in backend.variants
-        ]
-        group = batch[0].group
-        if group.pin is not None:  # obeyed even where not loaded: the agent then refuses it
-            pinned = next((v.latency for v in loaded if v.name == group.pin), backend.latency)
-            return group.pin, pinned, None
-        deadlines = [r.deadline - backend.allowance_s for r in batch]
-        chosen = choose_variant(
-            now,
-            backend.busy_until,
-            deadlines,
-            loaded,
-            self.ledger,
-            self.accuracy_floor,
-            request_floor=group.floor,
-        )
-        fallback = fallback_for(
-            now,
-            chosen,
-            loaded,
-            self.ledger,
-            self.accuracy_floor,
-            len(batch),
-            request_floor=group.floor,
-        )
-        return chosen.name, chosen.latency, None if fallback is None else fallback.name
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
