@@ -153,6 +153,12 @@ def stressed(root: Path, models: list[str]) -> list[str]:
     return lines
 
 
+OPT_IN = ("declines-on", "no-spill-batching")
+"""Sets whose rule a user turns on, not a default of the planner's: declines
+(``slo.decline_share``) and batched spill (the spill function's profile entry). Their rows
+say what the rule does; no verdict removes them."""
+
+
 def verdict(changes: list[float], loses: int) -> str:
     """Issue #48's rule on the windows where the rule acts: kept if its mean saving
     exceeds the spread (standard deviation) of the per-window change and it loses on
@@ -195,14 +201,14 @@ def ablation(
             total += len(pairs)
             changes = [c for c, _ in pairs]
             loses = sum(1 for _, lost in pairs if lost)
-            v = "(opt-in)" if name == "declines-on" else verdict(changes, loses)
+            v = "(opt-in)" if name in OPT_IN else verdict(changes, loses)
             if v != "inert":
                 acting += pairs
             lines.append(
                 f"| {rule} | {m} | {len(pairs)} | {stats(changes, 'min', '{:+.1f}')} | "
                 f"{loses}/{len(pairs)} | {stats(lows, 'min')} | {v} |"
             )
-        if not total or name == "declines-on":
+        if not total or name in OPT_IN:
             continue
         changes = [c for c, _ in acting]
         loses = sum(1 for _, lost in acting if lost)
