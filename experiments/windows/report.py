@@ -363,8 +363,29 @@ def write_report(here: Path, models: list[str]) -> str:
     (here / "results.md").write_text(text)
     readme = here / "README.md"
     if readme.exists():
-        readme.write_text(into_readme(readme.read_text(), text))
+        readme.write_text(into_readme(readme.read_text(), summary(text)))
     return text
+
+
+README_SECTIONS = (
+    "### mark and its baselines",
+    "### Cost ratios",
+    "### Model variants",
+)
+"""The sections the README shows; every table is in results.md."""
+
+
+def summary(text: str) -> str:
+    """The README's part of the report: its header and ``README_SECTIONS``, then where the
+    rest is."""
+    head, *sections = text.split("\n### ")
+    kept = [s for s in sections if any(f"### {s}".startswith(k) for k in README_SECTIONS)]
+    rest = (
+        "The ablation of each rule (on `mark`, and the floor and the calendar on "
+        "`mark-spot`), batched spill, declines, stressed spot and the warm-up are in "
+        "[`results.md`](results.md)."
+    )
+    return "\n### ".join([head.rstrip(), *(k.rstrip() + "\n" for k in kept)]) + "\n" + rest
 
 
 BEGIN, END = "<!-- results: written by report.py -->", "<!-- /results -->"

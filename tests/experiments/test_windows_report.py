@@ -14,6 +14,7 @@ from report import (  # type: ignore[import-not-found]
     declines,
     headline,
     into_readme,
+    summary,
 )
 
 
@@ -80,11 +81,13 @@ def test_a_rule_inert_on_one_model_is_judged_where_it_acts(tmp_path: Path) -> No
 
 
 def test_the_declines_row_says_what_they_save_and_refuse(tmp_path: Path) -> None:
-    _write(tmp_path, "mark", "w0", [_mark(10)])
+    _write(tmp_path, "mark", "w0", [_mark(12)])
+    # It ran beside the code with the persisting floor: paired with that code's mark.
+    _write(tmp_path, "mark-with-floor", "w0", [_mark(10)])
     _write(tmp_path, "declines-on", "w0", [_mark(9, declined=16)])
     row = declines(tmp_path, ["m"])[-1]
     assert "| +10.0 ± 0.0 (+10.0) |" in row and "| 1.60 ± 0.00 (1.60) |" in row
-    assert headline(tmp_path, ["m"])[-1].startswith("| m | mark | 1 | 1.00 ± 0.00 (1.00) |")
+    assert headline(tmp_path, ["m"])[-1].startswith("| m | mark | 1 | ")  # the code as it is
 
 
 def test_the_readme_gets_the_tables_between_its_markers_and_keeps_the_rest() -> None:
@@ -105,3 +108,14 @@ def test_an_ablation_is_judged_on_the_policy_asked_for(tmp_path: Path) -> None:
     on_spot = ablation(tmp_path, ["m"], [("no-rule", "r")], policy="mark-spot")
     assert "| 3/3 |" in on_demand[-1] and on_demand[-1].endswith("| **goes** |")
     assert "| 0/3 |" in on_spot[-1] and on_spot[-1].endswith("| **keep** |")
+
+
+def test_the_readme_shows_the_headline_ratios_and_variants_and_points_to_the_rest() -> None:
+    full = "# Results\n\nheader\n" + "".join(
+        f"\n### {title}\n\n| {title} |\n"
+        for title in ("mark and its baselines", "Cost ratios", "Ablation: x", "Model variants")
+    )
+    short = summary(full)
+    assert "| mark and its baselines |" in short and "| Model variants |" in short
+    assert "| Cost ratios |" in short
+    assert "| Ablation: x |" not in short and short.rstrip().endswith("[`results.md`](results.md).")

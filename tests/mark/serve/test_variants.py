@@ -132,7 +132,9 @@ async def pair(spec: ModelSpec) -> AsyncIterator[Pair]:
         )
         disp.start()
         app = build_app(
-            load_settings(), {"pair": Served(spec, disp, None)}, keys=KeyCache.fixed([KEY, METRICS_KEY])
+            load_settings(),
+            {"pair": Served(spec, disp, None)},
+            keys=KeyCache.fixed([KEY, METRICS_KEY]),
         )
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
