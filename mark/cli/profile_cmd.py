@@ -57,6 +57,11 @@ def profile(
         help="with --type: seconds to wait for the instance's agent (default: the boot "
         "deadline, timings.boot_deadline_s)",
     ),
+    variant: str | None = typer.Option(
+        None,
+        help="time this variant of the model (this machine) instead of its own artifact, "
+        "labelled with the variant's name: the profile file a variant's 'profile' names",
+    ),
     spill: bool = typer.Option(
         False,
         "--spill",
@@ -69,6 +74,8 @@ def profile(
     """Time real inference for each batch size (warm-up, median of runs) and tune N/W_batch."""
     settings = state(ctx).settings()
     spec = settings.model(model or settings.models[0].name)
+    if variant is not None and (spill or instance_type is not None):
+        fail("--variant times a variant on this machine; not with --spill or --type")
     if spill:
         if instance_type is not None or device is not None:
             fail("--spill times the spill function; --type and --device time an instance")
@@ -85,6 +92,7 @@ def profile(
         fail("--timeout applies to --type (the wait for a launched instance's agent)")
     import numpy as np
 
+    from bouncer.contract import ContractError
     from bouncer.device import DeviceUnavailable, Requested, probe, select_device
     from bouncer.runner import ModelLoadError, ModelRunner
     from mark.control import resolve_source
@@ -102,9 +110,13 @@ def profile(
                 probe(), neuron_artifact=spec.neuron_artifact, requested=cast(Requested, device)
             )
             console.print(f"device: {choice.describe()}", markup=False, highlight=False)
-        runner = ModelRunner(spec.contract(resolve_source(spec, settings.data_dir)), choice=choice)
-    except (ModelLoadError, DeviceUnavailable) as exc:
+        contract = spec.contract(resolve_source(spec, settings.data_dir))
+        if variant is not None:
+            contract = contract.variant(variant)
+        runner = ModelRunner(contract, choice=choice)
+    except (ModelLoadError, DeviceUnavailable, ContractError) as exc:
         fail(str(exc))
+    label = variant or spec.name
     table: dict[int, float] = {}
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"profiling {spec.name}", total=len(sizes) * (runs + 1))
@@ -118,7 +130,7 @@ def profile(
                 bar.advance(task)
             table[b] = float(np.median(times))
     result: dict[str, Any] = {
-        "model": spec.name,
+        "model": label,
         "instance_type": on_type or LOCAL,
         "measured_at": time.time(),
         "batch_latency_s": {str(b): t for b, t in table.items()},
@@ -127,8 +139,8 @@ def profile(
             _gpu_name(choice),
         ),
     }
-    _show(spec, table, f"{spec.name} on {on_type or 'this machine'}", result)
-    path = out or settings.data_dir / "profiles" / f"{spec.name}.json"
+    _show(spec, table, f"{label} on {on_type or 'this machine'}", result)
+    path = out or settings.data_dir / "profiles" / f"{label}.json"
     _write(path, result)
     if on_type is None:
         console.print(

@@ -364,3 +364,38 @@ def test_config_check_says_which_types_a_model_cannot_use(tmp_path: Path) -> Non
         only_inf.returncode == 1
         and "no configured instance type can serve plain" in only_inf.stderr
     )
+
+
+def test_profile_times_a_variant_under_its_own_name(tmp_path: Path) -> None:
+    import torch
+    import yaml
+
+    d = tmp_path / "pair"
+    (d / "1").mkdir(parents=True)
+    for name, width in (("large", 64), ("small", 4)):
+        net = torch.nn.Sequential(torch.nn.Linear(4, width), torch.nn.Linear(width, 2)).eval()
+        torch.jit.save(torch.jit.script(net), str(d / "1" / f"{name}.pt"))
+    manifest = {
+        "format": "torchscript",
+        "inputs": [{"name": "input", "dtype": "float32", "shape": [4]}],
+        "outputs": [{"name": "output", "dtype": "float32", "shape": [2]}],
+        "slo": {"rt_max_ms": 100, "sl_min": 0.98, "accuracy_floor": 0.75},
+        "variants": [
+            {"name": "large", "artifact": "large.pt", "accuracy": 0.8, "metric": "m"},
+            {"name": "small", "artifact": "small.pt", "accuracy": 0.7, "metric": "m"},
+        ],
+    }
+    (d / "model.yaml").write_text(yaml.safe_dump(manifest))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"models: [{{path: {d}}}]\n")
+    out_file = tmp_path / "small.json"
+    env = {"MARK_DATA_DIR": str(tmp_path)}
+    args = ("--config", str(cfg), "profile", "--runs", "1", "--batches", "1,2")
+    out = run(*args, "--variant", "small", "--out", str(out_file), env=env)
+    assert out.returncode == 0, out.stderr
+    prof = json.loads(out_file.read_text())
+    assert prof["model"] == "small" and set(prof["batch_latency_s"]) == {"1", "2"}
+    bad = run(*args, "--variant", "tiny", env=env)
+    assert (
+        bad.returncode == 2 and "has no variant 'tiny' (its variants: large, small)" in bad.stderr
+    )
