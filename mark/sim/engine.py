@@ -158,7 +158,7 @@ class Engine:
         self.spill_batches = spill_batches
         self.accuracy_floor = accuracy_floor
         self.ledger = AccuracyLedger(accuracy_window_s)
-        self.primary_accuracy = math.nan  # set by the first server with variants
+        self.primary_accuracy: float | None = None  # set by the first server with variants
         # Per request, the accuracy of the variant that answered it (nan: none did, or
         # the model has no variants).
         self.acc = np.full(arrivals.shape[0], np.nan)
@@ -325,7 +325,7 @@ class Engine:
                     lat[x] = end - seg[x]
                     where[x] = LAMBDA
                     missed += lat[x] > rt
-                    if self.primary_accuracy == self.primary_accuracy:  # the model has variants
+                    if self.primary_accuracy is not None:  # the model has variants
                         self.acc[self.i + x] = self.primary_accuracy
                         self.ledger.served(now, self.primary_accuracy, 1)
         if missed and budget is not None:
