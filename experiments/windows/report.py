@@ -79,16 +79,30 @@ def stats(values: Iterable[float], worst: str = "max", fmt: str = "{:.2f}") -> s
     return f"{fmt.format(mean)} ± {fmt.replace('+', '').format(sd)} ({fmt.format(w)})"
 
 
+MIXED = " ‡"
+"""Marks a cost / bound over bounds of more than one bound code (``rebound.py`` unifies)."""
+
+
+def span(keys: Iterable[str]) -> str:
+    """How many runs, over how many windows and seeds (keys ``d<day>h<hour>s<seed>``)."""
+    ks = list(keys)
+    parts = [k.rpartition("s") for k in ks]
+    windows = {w if s else seed for w, s, seed in parts}
+    seeds = {seed if s else "" for _, s, seed in parts}
+    return f"{len(ks)} ({len(windows)} × {len(seeds)})"
+
+
 def headline(root: Path, models: list[str]) -> list[str]:
     lines = [
-        "| model | policy | windows | cost / bound | within RT_max (%) | $ per window | "
-        "over-provisioning | spot interruptions |",
+        "| model | policy | runs (windows × seeds) | cost / bound | within RT_max (%) | "
+        "$ per window | over-provisioning | spot interruptions |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for m in models:
         runs = head(root, m)
         for p in HEAD_POLICIES:
-            rs = [d["by"][p] for d in runs.values() if p in d["by"]]
+            keys = [k for k, d in runs.items() if p in d["by"]]
+            rs = [runs[k]["by"][p] for k in keys]
             if not rs:
                 continue
             over = [r.get("over_provision") for r in rs]
@@ -102,7 +116,8 @@ def headline(root: Path, models: list[str]) -> list[str]:
                 else ""
             )
             lines.append(
-                f"| {m} | {p} | {len(rs)} | {stats(r['cost_over_bound'] for r in rs)} | "
+                f"| {m} | {p} | {span(keys)} | {stats(r['cost_over_bound'] for r in rs)}"
+                f"{MIXED if len({runs[k]['bound_code'] for k in keys}) > 1 else ''} | "
                 f"{stats((100 * r['within_slo'] for r in rs), 'min')} | "
                 f"{stats(r['cost_total'] for r in rs)} | {over_s} | {intr} |"
             )
@@ -117,18 +132,19 @@ def ratios(root: Path, models: list[str]) -> list[str]:
         ("sagemaker-equal-slo", "mark-spot"),
     ]
     lines = [
-        "| model | windows | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |",
+        "| model | runs (windows × seeds) | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |",
         "|---|---|" + "---|" * len(pairs),
     ]
     for m in models:
-        runs = [d["by"] for d in head(root, m).values()]
-        runs = [r for r in runs if all(p in r for p in HEAD_POLICIES)]
+        both = {k: d["by"] for k, d in head(root, m).items()}
+        keys = [k for k, r in both.items() if all(p in r for p in HEAD_POLICIES)]
+        runs = [both[k] for k in keys]
         if not runs:
             continue
         cells = [
             stats((r[a]["cost_total"] / r[b]["cost_total"] for r in runs), "min") for a, b in pairs
         ]
-        lines.append(f"| {m} | {len(runs)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {m} | {span(keys)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -294,7 +310,12 @@ def write_report(here: Path, models: list[str]) -> str:
         "",
         "### mark and its baselines (declines off)",
         "",
-        *headline(root, models),
+        *(top := headline(root, models)),
+        *(
+            ["", f"{MIXED.strip()} Its runs' bounds come from two bound codes (`rebound.py`)."]
+            if any(MIXED in line for line in top)
+            else []
+        ),
         "",
         "### Cost ratios, window by window",
         "",

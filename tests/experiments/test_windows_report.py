@@ -14,6 +14,7 @@ from report import (  # type: ignore[import-not-found]
     declines,
     headline,
     into_readme,
+    span,
     summary,
 )
 
@@ -87,7 +88,7 @@ def test_the_declines_row_says_what_they_save_and_refuse(tmp_path: Path) -> None
     _write(tmp_path, "declines-on", "w0", [_mark(9, declined=16)])
     row = declines(tmp_path, ["m"])[-1]
     assert "| +10.0 ± 0.0 (+10.0) |" in row and "| 1.60 ± 0.00 (1.60) |" in row
-    assert headline(tmp_path, ["m"])[-1].startswith("| m | mark | 1 | ")  # the code as it is
+    assert headline(tmp_path, ["m"])[-1].startswith("| m | mark | 1 (1 × 1) | ")  # as it is
 
 
 def test_the_readme_gets_the_tables_between_its_markers_and_keeps_the_rest() -> None:
@@ -119,3 +120,25 @@ def test_the_readme_shows_the_headline_ratios_and_variants_and_points_to_the_res
     assert "| mark and its baselines |" in short and "| Model variants |" in short
     assert "| Cost ratios |" in short
     assert "| Ablation: x |" not in short and short.rstrip().endswith("[`results.md`](results.md).")
+
+
+def test_a_headline_row_says_how_many_windows_and_seeds_it_rests_on(tmp_path: Path) -> None:
+    for key in ("d10h00s0", "d10h08s0", "d10h00s1", "d10h08s1", "d11h00s2"):
+        _write(tmp_path, "mark", key, [_mark(10)])
+    assert span(["d10h00s0", "d10h08s0", "d10h00s1"]) == "3 (2 × 2)"
+    (row,) = [line for line in headline(tmp_path, ["m"]) if line.startswith("| m |")]
+    assert row.startswith("| m | mark | 5 (3 × 3) | 1.00 ± 0.00 (1.00) |")
+
+
+def test_a_cost_over_bound_of_bounds_from_two_codes_is_marked(tmp_path: Path) -> None:
+    for key, code in (("d10h00s0", "old"), ("d10h00s1", "new")):
+        path = tmp_path / "mark" / "m" / f"{key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"results": [_mark(10)], "bound_code": code}))
+    (row,) = [line for line in headline(tmp_path, ["m"]) if line.startswith("| m |")]
+    assert "| 1.00 ± 0.00 (1.00) ‡ |" in row
+    _write(tmp_path, "mark", "d10h00s0", [_mark(10)])  # now both before bound_code
+    path = tmp_path / "mark" / "m" / "d10h00s1.json"
+    path.write_text(json.dumps({"results": [_mark(10)]}))
+    (row,) = [line for line in headline(tmp_path, ["m"]) if line.startswith("| m |")]
+    assert "‡" not in row
