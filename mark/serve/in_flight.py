@@ -97,6 +97,8 @@ class InFlight:
             self._penalise(flight.instance_id)
         if flight.task is not None and flight.task is not asyncio.current_task():
             flight.task.cancel()
+        if flight.variant is not None and owed:  # counted as sent; their answers count anew
+            self.ledger.served(self.clock(), self.accuracy[flight.variant], -len(owed))
         self._spill(owed, cause)
 
     def _penalise(self, instance_id: str) -> None:

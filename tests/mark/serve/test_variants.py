@@ -204,6 +204,30 @@ async def test_a_pinned_variant_is_served_or_refused_explicitly(pair: Pair) -> N
     assert not small.ok and small.error is not None and "variant 'small'" in small.error
 
 
+async def test_a_batch_its_instance_fails_is_counted_once_by_what_answers_it(
+    pair: Pair, unused_tcp_port: int
+) -> None:
+    """Counted as sent, a batch whose instance fails is taken back: the ledger holds what
+    answered each request (Lambda's accurate variant), or nothing for one that failed."""
+    d = pair.dispatcher
+    dead = Backend(
+        "i-dead",
+        "c5.large",
+        f"http://127.0.0.1:{unused_tcp_port}",
+        BatchLatency.from_mapping({1: LARGE_T}),
+        variants={"small": BatchLatency.from_mapping({1: SMALL_T})},
+    )
+    d.set_backends([dead])
+    (small,) = await d.submit(_rows(1, seed=6), pin="small")
+    assert not small.ok and "variant 'small'" in (small.error or "")  # Lambda runs large
+    assert d.ledger.delivered(time.time()) is None  # nothing was delivered
+    d.set_backends([dead])
+    (o,) = await d.submit(_rows(1, seed=7))
+    assert o.ok and o.spilled and o.variant == "large"
+    d.ledger.served(time.time(), 0.70, 1)  # one more at 0.70: (0.8 + 0.7) / 2 if counted once
+    assert d.ledger.delivered(time.time()) == pytest.approx(0.75)
+
+
 async def test_v1_and_tritonclient_name_the_variant_and_pins_and_floors_are_checked(
     pair: Pair,
 ) -> None:
