@@ -23,7 +23,16 @@ import pytest
 
 from mark.state import open_store
 from tests.e2e.test_aws_world import _cluster_instances, cloud  # noqa: F401 - the fixture
-from tests.faults.cluster import LEASE_TTL_S, NEEDS_HAPROXY, RATE_RPS, cluster, load, until
+from tests.faults.cluster import (
+    LEASE_TTL_S,
+    NEEDS_HAPROXY,
+    RATE_RPS,
+    cluster,
+    counted,
+    load,
+    metrics,
+    until,
+)
 from tests.faults.harness import LIVE_STATES
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, NEEDS_HAPROXY]
@@ -72,7 +81,9 @@ async def test_kill_9_of_the_leader_under_load(
         await until("the new leader plans", planned, within=c.base.timings.update_period_s)
         new = await c.leader()
         assert new in others
-        assert await c.launches(new) == 0
+        text = await metrics(c.urls[new], c.key)  # on failure: which launches, and why
+        why = [line for line in text.splitlines() if line.startswith("mark_launches_total")]
+        assert counted(text, "mark_launches_total") == 0, why
         # No orphan: every instance EC2 runs for the cluster is one the store records live.
         running = await _cluster_instances(cloud)
         store = await open_store(pg_url)
