@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -13,20 +10,25 @@ from typing import Any, Literal
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from bouncer.miss_budget import DEFAULT_PERIOD_S as DEFAULT_SLO_PERIOD_S
 from bouncer.miss_budget import DEFAULT_SHARE as DEFAULT_DECLINE_SHARE
 from mark.catalog import load_hosting_prices
 from mark.catalog.hosting import family_of
 from mark.cli.context import console, err_console, run_async, state
+from mark.cli.simulate_output import (
+    baseline_notes,
+    bound_notes,
+    distinct_bounds,
+    results_csv,
+    results_table,
+    unanswered_note,
+)
 from mark.errors import ConfigError, UnknownOffering
-from mark.sim.bound import Bound
 from mark.sim.compare import bound_code, compare, train_forecaster
 from mark.sim.models import GFLOPS, PAPER_MODELS, SimModel, paper_model, with_variants
 from mark.sim.oracle_forecast import ORACLE, OracleForecast
 from mark.sim.policies import POLICIES, Policy, parse_policies
-from mark.sim.results import PolicyResult
 from mark.sim.run import SimConfig
 from mark.sim.workloads import Workload, mmpp_workload, surge_workload, trace_workload
 from mark.sim.world import DEFAULT_WARMUP_S
@@ -110,121 +112,6 @@ def build_workload(
     )
 
 
-def _table(results: list[PolicyResult], title: str) -> Table:
-    t = Table(title=title)
-    for col in (
-        "policy",
-        "total $",
-        "on-demand $",
-        "spot $",
-        "standby $",
-        "ebs $",
-        "lambda $",
-        "within RT_max",
-        "p50 ms",
-        "p95 ms",
-        "p99 ms",
-        "spilled",
-        "declined",
-        "failed",
-        "bound $",
-        "cost / bound",
-        "instance-hours",
-    ):
-        t.add_column(col, justify="left" if col in ("policy", "instance-hours") else "right")
-    for r in results:
-        c = r.costs
-        t.add_row(
-            r.policy,
-            f"{r.total_cost:.2f}",
-            f"{c.get('on-demand', 0):.2f}",
-            f"{c.get('spot', 0):.2f}",
-            f"{c.get('standby', 0):.2f}",
-            f"{c.get('ebs', 0):.2f}",
-            f"{c.get('lambda', 0):.2f}",
-            f"{r.within_slo:.2%}",
-            _ms(r.p50_ms),
-            _ms(r.p95_ms),
-            _ms(r.p99_ms),
-            str(r.spilled),
-            str(r.extra.get("declined", 0)),
-            str(r.failed),
-            "–" if r.bound is None else f"{r.bound.value:.2f}",
-            _ratio_cell(r),
-            ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.instance_hours.items())),
-        )
-    return t
-
-
-def _ms(value: float) -> str:
-    """A latency percentile; ∞ where that share of the requests had no answer at all."""
-    return "∞" if math.isinf(value) else f"{value:.0f}"
-
-
-def _unanswered_note(results: list[PolicyResult]) -> list[str]:
-    """What an ∞ in the table means, where there is one."""
-    if not any(math.isinf(v) for r in results for v in (r.p50_ms, r.p95_ms, r.p99_ms)):
-        return []
-    return [
-        "∞ ms: at that percentile requests had no answer (declined by the miss budget, or "
-        "failed), which counts as later than any latency"
-    ]
-
-
-def _ratio_cell(r: PolicyResult) -> str:
-    ratio = r.cost_over_bound
-    if ratio is None:
-        return "–"
-    return f"{ratio:.2f}×" + (" †" if r.bound_own is not None else "")
-
-
-def _bound_notes(results: list[PolicyResult], sl_min: float) -> list[str]:
-    """One line per distinct bound, then one per run that missed its SLO († in the table)."""
-    lines = []
-    for bound, names in _distinct_bounds(results):
-        b = bound
-        head = (
-            f"bound ${b.value:.2f} for {', '.join(names)} ({'+'.join(b.markets)}): no run in "
-            f"these markets meeting SL_min {sl_min:.0%} can cost less; "
-        )
-        if b.floor_binds:
-            lines.append(
-                head + "Lambda cannot answer within RT_max, so an instance is there, billed, "
-                "whenever a request is answered in time: that presence floor sets it "
-                f"(the LP alone: ${b.lp_value or 0.0:.2f})"
-            )
-            continue
-        lines.append(
-            head + "the LP buys "
-            f"{', '.join(f'{k} {v:.1f} h' for k, v in sorted(b.instance_hours.items())) or 'none'}"
-            f", {b.lambda_requests:,.0f} on Lambda, misses {b.missed:,.0f} of "
-            f"{b.miss_budget:,} allowed"
-        )
-    for r in results:
-        if r.bound_own is not None and r.bound is not None:
-            lines.append(
-                f"† {r.policy} missed SL_min ({r.within_slo:.2%} within RT_max), so the "
-                f"bound is not one for it; at its own {r.missed:,} misses it is "
-                f"${r.bound_own.value:.2f}, cost / that = {r.cost_over_bound_own or 0:.2f}×"
-            )
-    return lines
-
-
-def _distinct_bounds(results: list[PolicyResult]) -> list[tuple[Bound, list[str]]]:
-    """Each distinct bound object (shared by identity) with the policies it bounds."""
-    out: list[tuple[Bound, list[str]]] = []
-    for r in results:
-        if r.bound is None:
-            continue
-        for bound, names in out:
-            if bound is r.bound:
-                names.append(r.policy)
-                break
-        else:
-            out.append((r.bound, [r.policy]))
-    return out
-
-
 def _check_sagemaker_type(
     itype: str, model: str, profiled: list[str], chosen: list[Policy]
 ) -> None:
@@ -249,59 +136,6 @@ def _check_sagemaker_type(
                 f"{', '.join(usable) or 'none of its profiled types'} (ec2-target-tracking "
                 "runs on any EC2 type)"
             ) from None
-
-
-TARGET_TRACKING = ("sagemaker", "ec2-target-tracking")
-EQUAL_SLO = tuple(f"{p}-equal-slo" for p in TARGET_TRACKING)
-
-
-def _baseline_notes(results: list[PolicyResult]) -> list[str]:
-    """Each target-tracking baseline's type and price, and its cost over every other policy."""
-    lines = []
-    for base in (r for r in results if r.policy in TARGET_TRACKING or r.policy in EQUAL_SLO):
-        x = base.extra
-        if "equal_slo_met" in x:
-            lines.append(
-                f"{base.policy}: over-provisioned {x['over_provision']:g}× at "
-                f"{x['target_capacity_rps']:g} r/s per instance, "
-                + (
-                    "the least that meets SL_min on this window"
-                    if x["equal_slo_met"]
-                    else "the most tried, and it still misses SL_min"
-                )
-                + f" ({x['equal_slo_runs']} runs)"
-            )
-        if "ml_price_per_hour" in x:
-            lines.append(
-                f"{base.policy} runs on {x['sagemaker_type']} at ${x['ml_price_per_hour']:g}/h "
-                f"(ml.* hosting price, {x['ml_price_source']}); metric delay "
-                f"{x['metric_delay_s']:g} s, invocation timeout {x['invocation_timeout_s']:g} s"
-            )
-        elif "sagemaker_type" in x:
-            lines.append(f"{base.policy} runs on {x['sagemaker_type']} at its EC2 price")
-        for r in results:
-            if r.policy != base.policy and r.total_cost > 0:
-                lines.append(
-                    f"{base.policy} / {r.policy}: {base.total_cost / r.total_cost:.2f}× "
-                    f"(within RT_max: {r.within_slo:.2%} vs {base.within_slo:.2%})"
-                )
-    return lines
-
-
-def _csv(results: list[PolicyResult]) -> str:
-    rows = []
-    for r in results:
-        row = r.row()
-        row["instance_hours"] = ";".join(f"{k}={v}" for k, v in row["instance_hours"].items())
-        rows.append(row)
-    keys: list[str] = []
-    for row in rows:
-        keys += [k for k in row if k not in keys]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
 
 
 def simulate(
@@ -560,7 +394,7 @@ def simulate(
         "seed": seed,
         "results": [r.row() for r in results],
         "bounds": [
-            {"policies": names, **bound.summary()} for bound, names in _distinct_bounds(results)
+            {"policies": names, **bound.summary()} for bound, names in distinct_bounds(results)
         ],
         "bound_code": bound_code(),
         "simulation_seconds": {r.policy: r.extra.get("wall_s") for r in results},
@@ -570,7 +404,7 @@ def simulate(
         out.mkdir(parents=True, exist_ok=True)
         full = dict(doc, results=[r.to_json() for r in results])
         (out / "results.json").write_text(json.dumps(full, indent=1) + "\n")
-        (out / "results.csv").write_text(_csv(results))
+        (out / "results.csv").write_text(results_csv(results))
         from mark.sim.plots import cost_bars, fleet_over_time, latency_ccdf, latency_over_time
 
         cost_bars(results, out / "cost.png", title)
@@ -584,12 +418,12 @@ def simulate(
     if fmt == "json":
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
     elif fmt == "csv":
-        sys.stdout.write(_csv(results))
+        sys.stdout.write(results_csv(results))
     else:
-        console.print(_table(results, title))
-        for line in _baseline_notes(results):
+        console.print(results_table(results, title))
+        for line in baseline_notes(results):
             console.print(line)
-        for line in [*_bound_notes(results, sim_model.sl_min), *_unanswered_note(results)]:
+        for line in [*bound_notes(results, sim_model.sl_min), *unanswered_note(results)]:
             console.print(line)
         for note in sim_model.notes:
             console.print(f"[dim]{note}[/]")

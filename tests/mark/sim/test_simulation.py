@@ -290,7 +290,7 @@ def test_the_table_shows_unanswered_percentiles_as_infinite_and_says_why() -> No
     table shows ∞ and a line under it says what that means; a run that answered all, none."""
     from rich.console import Console
 
-    from mark.cli.simulate_cmd import _table, _unanswered_note
+    from mark.cli.simulate_output import results_table, unanswered_note
     from mark.sim.results import summarise
 
     def run(latencies: list[float]) -> PolicyResult:
@@ -314,11 +314,11 @@ def test_the_table_shows_unanswered_percentiles_as_infinite_and_says_why() -> No
     some_unanswered = run([0.1] * 97 + [np.nan] * 3)
     all_answered = run([0.1] * 100)
     console = Console(width=300, record=True)
-    console.print(_table([some_unanswered], "t"))
+    console.print(results_table([some_unanswered], "t"))
     assert "∞" in console.export_text()
-    (note,) = _unanswered_note([some_unanswered, all_answered])
+    (note,) = unanswered_note([some_unanswered, all_answered])
     assert "no answer" in note
-    assert _unanswered_note([all_answered]) == []
+    assert unanswered_note([all_answered]) == []
 
 
 async def test_with_variants_mark_buys_less_and_keeps_the_floor_the_baseline_serves_alone() -> None:
