@@ -77,6 +77,7 @@ async def rate_options(
     for p in await store.profiles(spec.name):
         if p.source == "measured":
             available[(p.instance_type, "measured")] = BatchLatency(p.batch_latency_s)
+    cannot: set[str] = set()
     for t in types:  # a type whose accelerator the model cannot use is not rated
         itype = catalog.types.get(t)
         ok, why = usable(
@@ -85,8 +86,10 @@ async def rate_options(
         if not ok:
             log.info("%s: %s not planned: %s", spec.name, t, why)
             available = {k: v for k, v in available.items() if k[0] != t}
+            cannot.add(t)
     chosen = choose_profiles(types, available)
-    missing = unrated(list(settings.offerings.types), chosen)
+    # A type the model cannot run on is not waiting for a profile: no measurement helps.
+    missing = [t for t in unrated(list(settings.offerings.types), chosen) if t not in cannot]
     if missing:
         log.warning(
             "%s: no measured or shipped profile for %s: not planned until one is measured "

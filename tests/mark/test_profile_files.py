@@ -169,3 +169,24 @@ async def test_a_model_with_variants_is_planned_at_the_mix_its_floor_allows(
     key = ("c5.large", "on-demand")
     assert rated[0.75, "large"][key] == pytest.approx(rated[0.8, "mix"][key])
     assert rated[0.75, "large"][key] > rated[0.8, "large"][key]
+
+
+async def test_a_type_the_model_cannot_run_on_is_not_also_said_to_await_a_profile(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """inf1 without a Neuron artifact is not planned for that reason alone: telling the
+    user to measure it (exploration, `mark profile --type`) would send them nowhere."""
+    settings = load_settings(overrides={"offerings": {"types": ["c5.large", "inf1.xlarge"]}})
+    spec = settings.models[0]
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/s.db", upgrade=True)
+    try:
+        with caplog.at_level("INFO", logger="mark.control"):
+            await rate_options(
+                settings, spec, cast(World, _AwsRules()), store, "unused", load_catalog()
+            )
+    finally:
+        await store.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert any("inf1.xlarge not planned" in m and "Neuron" in m for m in said), said
+    (awaiting,) = [m for m in said if "no measured or shipped profile" in m]
+    assert "c5.large" in awaiting and "inf1.xlarge" not in awaiting
