@@ -123,6 +123,13 @@ SETS: dict[str, list[RunSet]] = {
             base=WITH_FLOOR,
         ),
         RunSet(
+            "no-rise-headroom",
+            "mark",
+            ("--pooled-capacity", "true"),
+            "rises carried where spill is late",
+            ONE,
+        ),
+        RunSet(
             "no-calendar",
             "mark",
             ("--predictor", "lstm"),
@@ -248,14 +255,16 @@ def run_one(run_set: RunSet, model: str, w: Window, code: str) -> float:
     return time.perf_counter() - t
 
 
-def sweep(models: list[str], sets: list[str], seeds: tuple[int, ...], jobs: int) -> None:
+def sweep(
+    models: list[str], sets: list[str], seeds: tuple[int, ...], jobs: int, only: set[str]
+) -> None:
     code = commit()
     todo = [
         (rs, m, w)
         for w_seed in seeds
         for name in sets
         for rs in SETS[name]
-        if w_seed in rs.seeds and not rs.gone
+        if w_seed in rs.seeds and not rs.gone and (not only or rs.name in only)
         for m in models
         for w in windows((w_seed,))
     ]
@@ -282,16 +291,20 @@ def main() -> None:
         "--sets", default="mark,ablation,baselines,stressed,warmup,together,spot-ablation"
     )
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    ap.add_argument("--only", default="", help="only these runs of the sets, e.g. no-warm-pool")
     ap.add_argument("--jobs", type=int, default=1, help="simulations run at once")
     ap.add_argument("--report", action="store_true", help="only write results.md")
     args = ap.parse_args()
     models = args.models.split(",")
     sets = args.sets.split(",")
+    only = {o for o in args.only.split(",") if o}
+    names = {rs.name for group in SETS.values() for rs in group}
     bad = [m for m in models if m not in MODELS] + [s for s in sets if s not in SETS]
+    bad += sorted(only - names)
     if bad:
         ap.error(f"unknown {bad}; models: {', '.join(MODELS)}; sets: {', '.join(SETS)}")
     if not args.report:
-        sweep(models, sets, tuple(int(s) for s in args.seeds.split(",")), args.jobs)
+        sweep(models, sets, tuple(int(s) for s in args.seeds.split(",")), args.jobs, only)
     from report import write_report
 
     print(write_report(HERE, list(MODELS)))
