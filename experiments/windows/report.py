@@ -348,7 +348,7 @@ def write_report(here: Path, models: list[str]) -> str:
             policy="mark-spot",
         ),
         "",
-        "### The persisting floor and the calendar, each off alone, on mark-spot",
+        "### Rules off alone on mark-spot",
         "",
         *ablation(
             root,

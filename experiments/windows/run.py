@@ -171,6 +171,13 @@ SETS: dict[str, list[RunSet]] = {
             ONE,
             base=WITH_FLOOR,
         ),
+        RunSet(
+            "no-rise-headroom-spot",
+            "mark-spot",
+            ("--pooled-capacity", "true"),
+            "rises carried where spill is late (mark-spot)",
+            ONE,
+        ),
     ],
     "together": [
         RunSet(
