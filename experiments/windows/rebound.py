@@ -14,6 +14,12 @@ left stale. A run written before results carried ``missed`` has that read back f
 
     .venv/bin/python experiments/windows/rebound.py [--models M,...] [--sets S,...]
         [--own-misses]
+    .venv/bin/python experiments/windows/rebound.py --prime [--models M,...]
+
+``--prime`` solves nothing: it writes the bounds the results stored, where the current
+code solved them, into the bound cache (``mark.sim.compare.cached_bound``), so a run made
+again on a fresh machine (a rule removed, a set re-run) finds its window's bounds there.
+A NASNet window's two bounds take minutes to solve; priming takes a second.
 """
 
 from __future__ import annotations
@@ -28,11 +34,20 @@ from typing import Any
 from mark.catalog import load_catalog
 from mark.config.settings import load_settings
 from mark.sim.bound import Bound
-from mark.sim.compare import BoundKey, bound_code, bound_key, solve_bound
-from mark.sim.models import paper_model
+from mark.sim.compare import (
+    BoundKey,
+    bound_cache_path,
+    bound_code,
+    bound_key,
+    bound_of_summary,
+    bound_parts,
+    solve_bound,
+    store_bound,
+)
+from mark.sim.models import SimModel, paper_model
 from mark.sim.policies import POLICIES
 from mark.sim.run import SimConfig
-from mark.sim.workloads import trace_workload
+from mark.sim.workloads import Workload, trace_workload
 from mark.sim.world import DEFAULT_WARMUP_S
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -53,14 +68,10 @@ def missed_of(row: dict[str, Any]) -> int:
     return round((1.0 - float(row["within_slo"])) * int(row["requests"]))
 
 
-def rebound(path: Path, code: str, cache_dir: Path, own_misses: bool = False) -> bool:
-    """Re-solve one result's bounds unless ``code`` solved them; whether it did anything."""
-    doc = json.loads(path.read_text())
-    if doc.get("bound_code") == code:
-        return False
+def window_of(path: Path, doc: dict[str, Any]) -> tuple[Workload, SimModel, SimConfig, Any]:
+    """The workload, model, configuration and arrivals a result ran on."""
     set_name, model_name = path.parent.parent.name, path.parent.name
     w = doc["window"]
-    model = paper_model(model_name)
     workload = trace_workload(
         "twitter",
         hours=float(w.get("hours", HOURS)),
@@ -69,6 +80,32 @@ def rebound(path: Path, code: str, cache_dir: Path, own_misses: bool = False) ->
     )
     cfg = SimConfig(seed=int(w["seed"]), warmup_s=warmup_of(set_name))
     arrivals = workload.arrivals(int(workload.start - cfg.warmup_s), workload.end, cfg.seed)
+    return workload, paper_model(model_name), cfg, arrivals
+
+
+def prime(path: Path, code: str, cache_dir: Path) -> int:
+    """Write the bounds ``path`` stored into the cache where ``code`` solved them and the
+    cache lacks them; how many it wrote."""
+    doc = json.loads(path.read_text())
+    if doc.get("bound_code") != code:
+        return 0
+    workload, model, cfg, arrivals = window_of(path, doc)
+    wrote = 0
+    for stored in doc["bounds"]:
+        key = bound_key(POLICIES[stored["policies"][0]], cfg)
+        target = bound_cache_path(cache_dir, *bound_parts(key, workload, model, cfg, arrivals))
+        if not target.exists():
+            store_bound(target, bound_of_summary(stored))
+            wrote += 1
+    return wrote
+
+
+def rebound(path: Path, code: str, cache_dir: Path, own_misses: bool = False) -> bool:
+    """Re-solve one result's bounds unless ``code`` solved them; whether it did anything."""
+    doc = json.loads(path.read_text())
+    if doc.get("bound_code") == code:
+        return False
+    workload, model, cfg, arrivals = window_of(path, doc)
     catalog = load_catalog()
     solved: dict[tuple[BoundKey, int | None], Bound] = {}
 
@@ -113,6 +150,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--sets", default="", help="run-set directories (default: all)")
     ap.add_argument("--own-misses", action="store_true", help="also the bound at own misses")
+    ap.add_argument("--prime", action="store_true", help="fill the bound cache; solve nothing")
     args = ap.parse_args()
     models = set(args.models.split(","))
     sets = set(filter(None, args.sets.split(",")))
@@ -123,6 +161,10 @@ def main() -> None:
         for p in RESULTS.glob("*/*/*.json")
         if p.parent.name in models and (not sets or p.parent.parent.name in sets)
     )
+    if args.prime:
+        wrote = sum(prime(p, code, cache_dir) for p in paths)
+        print(f"{wrote} bounds of {len(paths)} results written to {cache_dir / 'bounds'}")
+        return
     started = time.perf_counter()
     for k, p in enumerate(paths, 1):
         t = time.perf_counter()

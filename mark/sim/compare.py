@@ -91,18 +91,24 @@ def bound_key(policy: Policy, cfg: SimConfig) -> BoundKey:
 BOUND_CODE = tuple(Path(__file__).parent / f for f in ("bound.py", "bound_bursts.py", "models.py"))
 
 
+def bound_cache_path(cache_dir: Path, *parts: object) -> Path:
+    """Where the bound of these inputs (``cached_bound``'s ``parts``), solved by the bound
+    code as it is now, is kept under ``cache_dir``."""
+    h = hashlib.sha256()
+    for f in BOUND_CODE:
+        h.update(f.read_bytes())
+    for part in parts:
+        h.update(part.tobytes() if isinstance(part, np.ndarray) else repr(part).encode())
+    return cache_dir / "bounds" / f"{h.hexdigest()[:24]}.json"
+
+
 def cached_bound(cache_dir: Path | None, solve: Callable[[], Bound], *parts: object) -> Bound:
     """``solve()``, or the bound saved for the same inputs (``parts``: the arrivals, the
     window, the offerings, the model, the budget) by the same bound code. A sweep runs
     many policies on one window in separate processes; the bound is a third of each."""
     if cache_dir is None:
         return solve()
-    h = hashlib.sha256()
-    for f in BOUND_CODE:
-        h.update(f.read_bytes())
-    for part in parts:
-        h.update(part.tobytes() if isinstance(part, np.ndarray) else repr(part).encode())
-    path = cache_dir / "bounds" / f"{h.hexdigest()[:24]}.json"
+    path = bound_cache_path(cache_dir, *parts)
     if path.exists():
         with contextlib.suppress(ValueError, TypeError, KeyError):
             raw = json.loads(path.read_text())
@@ -110,11 +116,25 @@ def cached_bound(cache_dir: Path | None, solve: Callable[[], Bound], *parts: obj
             fields: dict[str, Any] = {k: _finite(v) for k, v in raw.items()}
             return Bound(**fields)
     bound = solve()
+    store_bound(path, bound)
+    return bound
+
+
+def store_bound(path: Path, bound: Bound) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps({k: _jsonable(v) for k, v in asdict(bound).items()}))
     tmp.replace(path)
-    return bound
+
+
+def bound_of_summary(summary: dict[str, Any]) -> Bound:
+    """The ``Bound`` a result stored as ``Bound.summary()`` (its figures rounded as there;
+    an infeasible one's ``None`` value as infinite)."""
+    raw = {k: v for k, v in summary.items() if k not in ("policies", "set_by")}
+    for k in ("value", "instance_cost"):
+        raw[k] = math.inf if raw[k] is None else raw[k]
+    raw["offerings"], raw["markets"] = tuple(raw["offerings"]), tuple(raw["markets"])
+    return Bound(**raw)
 
 
 def _jsonable(v: object) -> object:
@@ -154,9 +174,19 @@ def solve_bound(
             slot_s=cfg.bound_slot_s,
         )
 
-    return cached_bound(
-        cache_dir,
-        run,
+    return cached_bound(cache_dir, run, *bound_parts(key, workload, model, cfg, arrivals, misses))
+
+
+def bound_parts(
+    key: BoundKey,
+    workload: Workload,
+    model: SimModel,
+    cfg: SimConfig,
+    arrivals: np.ndarray,
+    misses: int | None = None,
+) -> tuple[object, ...]:
+    """What a window's bound depends on, the key ``cached_bound`` keeps it by."""
+    return (
         arrivals,
         workload.t0,
         workload.seconds,
