@@ -130,9 +130,11 @@ def model_request_path(
         started_at=clock(),
         source=frontend_id(),
     )
+    # Declines off too: its tally is what a pool sized for rises may still leave to miss
+    # (provisioner.rise_headroom.rise_allowance).
     budget = (
         MissBudget(m.slo.sl_min, m.slo.decline_share, window_s=m.slo.period_s)
-        if serverless is not None and m.slo.decline_share > 0
+        if serverless is not None
         else None
     )
     disp = Dispatcher(

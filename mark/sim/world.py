@@ -424,12 +424,14 @@ class SimWorld:
 
     def _miss_budget(self) -> MissBudget | None:
         """The daemon's miss budget wherever mark's data plane serves (the mark policies and
-        the clairvoyant schedule, served with the Bouncer); None where it never declines
-        (share 0, or the target-tracking baselines, which have no Bouncer)."""
+        the clairvoyant schedule, served with the Bouncer), declines off too: it counts the
+        misses a pool sized for rises spends its allowance on
+        (``provisioner.rise_headroom.rise_allowance``); None for the target-tracking
+        baselines, which have no Bouncer."""
         share = self.cfg.decline_share
         if share is None:
             share = self.model.spec().slo.decline_share
-        if not self.policy.spill or share <= 0.0:
+        if not self.policy.spill:
             return None
         period = self.cfg.slo_period_s
         if period is None:

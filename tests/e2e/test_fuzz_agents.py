@@ -80,7 +80,8 @@ class Daemon:
         ensure_demo_model(self.data_dir)
         self.run = run = await start(settings)
         assert run.models["digits"].dispatcher is not None
-        assert run.models["digits"].dispatcher.budget is None
+        budget = run.models["digits"].dispatcher.budget
+        assert budget is not None and budget.share == 0.0  # counts misses, declines none
         fleet = run.world.fleet
         assert fleet is not None
         await fleet.launch(LaunchRequest("digits", "c5.large", Market.ON_DEMAND))

@@ -125,9 +125,15 @@ def test_the_simulated_bouncer_keeps_the_slo_over_its_period(
     budget = sim.world.engine.budget
     assert budget is not None and budget.window_s == kept
     assert budget.share == 0.9
-    # Declines are opt-in: by default (the spec's 0) mark's Bouncer never declines.
+    # Declines are opt-in: by default (the spec's 0) mark's Bouncer never declines, but its
+    # budget still counts the misses a pool sized for rises may spend (rise_allowance).
     default = Simulation(w, _model(), POLICIES["mark"], SimConfig(warmup_s=0), arrivals=arrivals)
-    assert default.world.engine.budget is None
+    counting = default.world.engine.budget
+    assert counting is not None and counting.share == 0.0
+    counting.arrive(w.t0, 100)
+    counting.miss(w.t0, 3)
+    assert counting.tally(w.t0) == (100, 3)
+    assert counting.declinable(w.t0) == 0
     tt = Simulation(w, _model(), POLICIES["ec2-target-tracking"], cfg, arrivals=arrivals)
     assert tt.world.engine.budget is None
 
