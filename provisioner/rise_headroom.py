@@ -164,6 +164,36 @@ def rise_allowance(share: float, misses: tuple[int, int]) -> float:
     return max(0.0, share - missed / arrived)
 
 
+def by_misses(rise: float, share: float, misses: tuple[int, int]) -> float:
+    """The part of ``rise`` (from ``carried_rise``) to carry, in proportion to the share of
+    the rises' allowance (``share``) the last window's measured misses (``misses``:
+    arrived, missed) spent: 1 (pool outright) while nothing missed, all of ``rise`` once
+    the allowance is spent or before anything is measured.
+
+    ``carried_rise`` counts every request above ``R`` times the level as a miss, as if
+    nothing else answered a rise; the measured misses say how many a rise actually cost
+    the fleet as it is (forecasts, the SLO monitor's backups and whole instances all
+    answering some of it), so the headroom grows only as far as they show it is needed."""
+    arrived, missed = misses
+    if arrived <= 0 or share <= 0.0:
+        return rise
+    return 1.0 + min(1.0, missed / arrived / share) * (rise - 1.0)
+
+
+def rise_to_carry(windows: np.ndarray, cfg: StepConfig, misses: tuple[int, int]) -> float | None:
+    """The rise the plan's pool carries over the history ``windows`` (minutes × 5 s
+    windows of rates), given the last window's measured ``misses``: ``carried_rise`` at
+    what they left of ``cfg.rise_miss_share``, and with ``cfg.rise_by_misses`` only the
+    part of it they show is needed (``by_misses``). None: plan alone."""
+    lead = lead_minutes(cfg)
+    if lead <= 0:
+        return None
+    rise = carried_rise(windows, lead, rise_allowance(cfg.rise_miss_share, misses))
+    if rise is None or not cfg.rise_by_misses:
+        return rise
+    return by_misses(rise, cfg.rise_miss_share, misses)
+
+
 def absorbing(option: PlannerOption, rise: float) -> PlannerOption:
     """``option`` with each pooled capacity divided by ``rise`` and never below its
     stand-alone capacity: the fleet ``plan_pooled`` buys with it carries ``rise`` times

@@ -175,15 +175,24 @@ OPT_IN = ("declines-on", "no-spill-batching")
 say what the rule does; no verdict removes them."""
 
 
-def verdict(changes: list[float], loses: int) -> str:
+def verdict(changes: list[float], loses: int, breaks: int = 0) -> str:
     """Issue #48's rule on the windows where the rule acts: kept if its mean saving
     exceeds the spread (standard deviation) of the per-window change and it loses on
-    fewer than a third of them; *inert* where it changed nothing on any window."""
+    fewer than a third of them; *inert* where it changed nothing on any window. A rule
+    without which SL_min breaks on a window where it kept it (``breaks``) stays whatever
+    it costs: a saving that breaks the SLO is not one a user may take."""
     if all(abs(c) < 1e-9 for c in changes):
         return "inert"
+    if breaks:
+        return f"keep: SL_min broken without it on {breaks}"
     mean = statistics.fmean(changes)
     sd = statistics.stdev(changes) if len(changes) > 1 else 0.0
     return "keep" if mean > sd and loses < len(changes) / 3 else "goes"
+
+
+def breaks_slo(on: Doc, off: Doc) -> bool:
+    """Whether the run without the rule misses SL_min where the run with it kept it."""
+    return bool(off["within_slo"] < SL_MIN <= on["within_slo"])
 
 
 def ablation(
@@ -203,21 +212,23 @@ def ablation(
         "|---|---|---|---|---|---|---|",
     ]
     for name, rule in sets:
-        acting: list[tuple[float, bool]] = []
+        acting: list[tuple[float, bool, bool]] = []
         total = 0
         for m in models:
-            pairs: list[tuple[float, bool]] = []
+            pairs: list[tuple[float, bool, bool]] = []
             lows = []
             for on, off in paired(root, m, name, policy):
                 change = 100 * (off["cost_total"] / on["cost_total"] - 1)
-                pairs.append((change, change < 0 and off["within_slo"] >= SL_MIN))
+                lost = change < 0 and off["within_slo"] >= SL_MIN
+                pairs.append((change, lost, breaks_slo(on, off)))
                 lows.append(100 * off["within_slo"])
             if not pairs:
                 continue
             total += len(pairs)
-            changes = [c for c, _ in pairs]
-            loses = sum(1 for _, lost in pairs if lost)
-            v = "(opt-in)" if name in OPT_IN else verdict(changes, loses)
+            changes = [c for c, _, _ in pairs]
+            loses = sum(1 for _, lost, _ in pairs if lost)
+            broken = sum(1 for *_, b in pairs if b)
+            v = "(opt-in)" if name in OPT_IN else verdict(changes, loses, broken)
             if v != "inert":
                 acting += pairs
             lines.append(
@@ -226,9 +237,10 @@ def ablation(
             )
         if not total or name in OPT_IN:
             continue
-        changes = [c for c, _ in acting]
-        loses = sum(1 for _, lost in acting if lost)
-        v = verdict(changes, loses) if acting else "inert: goes"
+        changes = [c for c, _, _ in acting]
+        loses = sum(1 for _, lost, _ in acting if lost)
+        broken = sum(1 for *_, b in acting if b)
+        v = verdict(changes, loses, broken) if acting else "inert: goes"
         if total < expected:
             v = f"so far {v} ({total} of {expected})"
         cells = (
@@ -237,6 +249,38 @@ def ablation(
             else "0 | – | –"
         )
         lines.append(f"| {rule} | where it acts | {cells} |  | **{v}** |")
+    return lines
+
+
+def candidates(root: Path, models: list[str], sets: list[tuple[str, str]]) -> list[str]:
+    """A rule not yet in mark's defaults against mark as shipped, window by window on the
+    same arrivals, on each policy the set ran: adopted only where it saves more than the
+    spread of its change, costs more on fewer than a third of the windows, and breaks
+    SL_min on none where mark kept it (the ablation's rule, the other way round)."""
+    lines = [
+        "| candidate | model | policy | windows | cost change with it (%) | costs more on | "
+        "within RT_max with it (%) | below SL_min | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, label in sets:
+        for m in models:
+            for policy in ("mark", "mark-spot"):
+                pairs = paired(root, m, name, policy)
+                if not pairs:
+                    continue
+                changes = [100 * (b["cost_total"] / a["cost_total"] - 1) for a, b in pairs]
+                more = sum(1 for c in changes if c > 0)
+                broken = sum(1 for a, b in pairs if breaks_slo(a, b))
+                # Its verdict is the ablation's on the change without it: kept there is
+                # adopted here.
+                v = verdict([-c for c in changes], more, broken)
+                v = {"keep": "adopt", "goes": "no"}.get(v, "no" if broken else v)
+                lows = (100 * b["within_slo"] for _, b in pairs)
+                lines.append(
+                    f"| {label} | {m} | {policy} | {len(pairs)} | "
+                    f"{stats(changes, 'max', '{:+.1f}')} | {more}/{len(pairs)} | "
+                    f"{stats(lows, 'min')} | {broken} | {v} |"
+                )
     return lines
 
 
@@ -347,6 +391,10 @@ def write_report(here: Path, models: list[str]) -> str:
             [(rs.name, rs.rule + " (mark-spot)") for rs in SETS["together"]],
             policy="mark-spot",
         ),
+        "",
+        "### Candidates: rules tried against mark as shipped",
+        "",
+        *candidates(root, models, [(rs.name, rs.rule) for rs in SETS["candidates"]]),
         "",
         "### Rules off alone on mark-spot",
         "",

@@ -21,6 +21,8 @@ Run sets (`--sets`):
 - `together`: mark and mark-spot with the persisting floor and the calendar's rises
   planned ahead both off, paired alike: the first round rejected each on `mark`; this
   set is the check on `mark-spot` that brought them back.
+- `candidates`: a rule not yet in mark's defaults (``planner.rise_by_misses``), on mark
+  and mark-spot, paired alike: adopted only by the ablation's rule, the other way round.
 - `warmup`: mark after a 1 h and a 6 h warm-up instead of the default 3 h, paired alike:
   the warm-up is a measurement, chosen on these windows, not on one.
 
@@ -199,6 +201,15 @@ SETS: dict[str, list[RunSet]] = {
             ONE,
         )
         for floor in ("0.77", "0.75")
+    ],
+    "candidates": [
+        RunSet(
+            "rise-by-misses",
+            "mark,mark-spot",
+            ("--rise-by-misses",),
+            "rise carried as the measured misses show",
+            ONE,
+        ),
     ],
     "warmup": [
         RunSet("warmup-1h", "mark", ("--warmup-s", "3600"), "3 h warm-up (against 1 h)", ONE),

@@ -264,6 +264,12 @@ def simulate(
         help="mark policies: the daemon's planner.spill_capacity_target (plan a step at the "
         "newsvendor quantile of its 5 s rates once spill is measured in time)",
     ),
+    rise_by_misses: bool = typer.Option(
+        False,
+        "--rise-by-misses/--no-rise-by-misses",
+        help="mark policies: the daemon's planner.rise_by_misses (where spill cannot answer "
+        "in time, carry only the part of a rise the last hour's misses show is needed)",
+    ),
     volume_gb: float = typer.Option(
         8.0,
         min=0.0,
@@ -322,6 +328,7 @@ def simulate(
         accuracy_floor=accuracy_floor,
         pooled_capacity=parse_pooled(pooled_capacity),
         capacity_target=capacity_target,
+        rise_by_misses=rise_by_misses,
     )
     workload = build_workload(
         trace,

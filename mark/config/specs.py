@@ -289,6 +289,13 @@ class PlannerSpec(_Strict):
         "pool then carries the least rise whose misses fit it in every hour of the "
         "model's history. 0: carry the largest rise within a boot time the history shows",
     )
+    rise_by_misses: bool = Field(
+        default=False,
+        description="where the pool carries a rise (above): carry only the part of it the "
+        "last hour's measured misses show is needed, in proportion to the share of "
+        "rise_miss_share they spent: pool outright while nothing missed, the whole rise "
+        "once that share is spent (provisioner/rise_headroom.py by_misses)",
+    )
     spill_capacity_target: bool = Field(
         default=True,
         description="plan a step's capacity at the newsvendor quantile of its 5 s rates "

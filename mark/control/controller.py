@@ -70,7 +70,7 @@ from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, 
 from provisioner.early_step import EARLY_WINDOWS, Window, fleet_capacity, plan_early
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact, with_readiness
-from provisioner.rise_headroom import lead_minutes, rise_allowance, sizes_for_rises
+from provisioner.rise_headroom import sizes_for_rises
 from provisioner.spill_evidence import SpillCounts
 from provisioner.spot import UNAVAILABLE_OFFERING_TTL_S, avoid_interrupted
 from provisioner.standby_step import interruption_step
@@ -465,11 +465,8 @@ class Controller:
         rates the fleet as the plan does; None (stand-alone) while the store does not
         answer."""
         try:
-            return await self._parts.history.carried_rise(
-                spec.name,
-                now,
-                lead_minutes(cfg),
-                rise_allowance(cfg.rise_miss_share, self.state.of(spec.name).misses),
+            return await self._parts.history.rise_to_carry(
+                spec.name, now, cfg, self.state.of(spec.name).misses
             )
         except (StoreError, SQLAlchemyError, OSError):
             return None

@@ -21,7 +21,8 @@ from mark.state.records import ArrivalWindow
 from predictor.base import Forecaster, History
 from predictor.baselines import PaperFallback
 from predictor.online import COLD_START_WINDOW, OnlinePredictor
-from provisioner.rise_headroom import carried_rise
+from provisioner.control_state import StepConfig
+from provisioner.rise_headroom import rise_to_carry
 
 
 def _columns(windows: Sequence[ArrivalWindow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -186,16 +187,14 @@ class LoadHistory:
         grid[k[inside], j[inside]] = rate[inside]
         return grid
 
-    async def carried_rise(
-        self, model: str, now: float, lead_minutes: int, allowed_share: float
+    async def rise_to_carry(
+        self, model: str, now: float, cfg: StepConfig, misses: tuple[int, int]
     ) -> float | None:
-        """The rise a pool sized for rises must carry over this history
-        (``provisioner.rise_headroom.carried_rise``); None with ``lead_minutes`` 0."""
+        """The rise a pool sized for rises carries over this history, given the last
+        window's measured ``misses`` (``provisioner.rise_headroom.rise_to_carry``)."""
         start, _ = await self.minutes(model, now)
-        if lead_minutes <= 0:
-            return None
         grid = self.window_grid(model, start, self.history_minutes)
-        return carried_rise(grid, lead_minutes, allowed_share)
+        return rise_to_carry(grid, cfg, misses)
 
     async def forecast(
         self,

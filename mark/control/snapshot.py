@@ -93,6 +93,7 @@ def step_config(
         pooled=pool_with(planner.pooled_capacity, spill),
         pool_for_rises=planner.pooled_capacity == "auto",
         rise_miss_share=planner.rise_miss_share * (1.0 - spec.slo.sl_min),
+        rise_by_misses=planner.rise_by_misses,
         spill_cost_per_request=spill_price(planner.spill_capacity_target, spill),
         warm=None
         if t.warm_start_s is None

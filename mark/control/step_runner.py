@@ -23,7 +23,7 @@ from provisioner.explore_step import Candidate, ExploreConfig, explore_step
 from provisioner.greedy import NoFeasibleOption, PlannerOption
 from provisioner.health_step import HealthConfig, HealthFact, health_step, with_readiness
 from provisioner.orphan_step import OrphanConfig, OrphanStep, orphan_step
-from provisioner.rise_headroom import lead_minutes, rating, rise_allowance, sizes_for_rises
+from provisioner.rise_headroom import rating, sizes_for_rises
 from provisioner.slo_monitor import BackupLaunch, SloMonitorConfig
 from provisioner.standby_step import InterruptionStep, owed_standbys_step, standby_pool_step
 from provisioner.step import PlanStep, avoid_offering, plan_step, retirements
@@ -84,12 +84,7 @@ async def run_plan_step(
     live = [i for i in everything if i.state in LIVE]
     seen = await history.forecast(model, now, cfg.window_steps)
     rise = (
-        await history.carried_rise(
-            model,
-            now,
-            lead_minutes(cfg),
-            rise_allowance(cfg.rise_miss_share, state.of(model).misses),
-        )
+        await history.rise_to_carry(model, now, cfg, state.of(model).misses)
         if sizes_for_rises(cfg)
         else None
     )

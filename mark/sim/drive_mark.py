@@ -60,6 +60,7 @@ def sim_settings(world: SimWorld) -> Settings:
         planner=PlannerSpec(
             pooled_capacity=world.cfg.pooled_capacity,
             spill_capacity_target=world.cfg.capacity_target,
+            rise_by_misses=world.cfg.rise_by_misses,
         ),
         timings=Timings(
             early_steps=world.cfg.early_steps,

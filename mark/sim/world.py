@@ -144,6 +144,9 @@ class SimConfig:
     capacity_target: bool = True
     """mark policies: the daemon's ``planner.spill_capacity_target``
     (``provisioner.capacity_target``)."""
+    rise_by_misses: bool = False
+    """mark policies: the daemon's ``planner.rise_by_misses``
+    (``provisioner.rise_headroom.by_misses``)."""
     volume_gb: float = 8.0
     """Each instance's EBS root volume, GB: billed at the catalog's gp3 price while the
     instance is stopped (a standby, or a stopped instance kept to start fast). 8 is the

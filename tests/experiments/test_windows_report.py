@@ -11,6 +11,7 @@ from report import (  # type: ignore[import-not-found]
     BEGIN,
     END,
     ablation,
+    candidates,
     declines,
     headline,
     into_readme,
@@ -61,7 +62,35 @@ def test_a_cheaper_run_that_misses_sl_min_is_not_a_loss_for_the_rule(tmp_path: P
         _write(tmp_path, "no-rule", f"w{k}", [_mark(9, within=0.95)])
     rows = ablation(tmp_path, ["m"], [("no-rule", "the rule")])
     assert "| 0/3 |" in rows[-1]
-    assert rows[-1].endswith("| **goes** |")  # saves nothing: its mean change is negative
+    # Cheaper without it, but below SL_min where it kept it: a saving no user may take.
+    assert rows[-1].endswith("| **keep: SL_min broken without it on 3** |")
+
+
+def test_one_window_below_sl_min_without_the_rule_keeps_it_whatever_the_rest_save(
+    tmp_path: Path,
+) -> None:
+    for k, within in enumerate([0.99, 0.99, 0.99, 0.97]):
+        _write(tmp_path, "mark", f"w{k}", [_mark(10)])
+        _write(tmp_path, "no-rule", f"w{k}", [_mark(6, within=within)])
+    rows = ablation(tmp_path, ["m"], [("no-rule", "the rule")])
+    assert "| 3/4 |" in rows[-1]  # it loses on three: cheaper without it and in SLO
+    assert rows[-1].endswith("| **keep: SL_min broken without it on 1** |")
+    # Where mark itself missed SL_min, the run without it breaks nothing.
+    _write(tmp_path, "mark", "w3", [_mark(10, within=0.975)])
+    assert ablation(tmp_path, ["m"], [("no-rule", "the rule")])[-1].endswith("| **goes** |")
+
+
+def test_a_candidate_is_adopted_by_the_ablations_rule_the_other_way_round(
+    tmp_path: Path,
+) -> None:
+    for k, (on, cand) in enumerate([(10, 8), (10, 8.5), (10, 7.5), (10, 8.2)]):
+        _write(tmp_path, "mark", f"w{k}", [_mark(on)])
+        _write(tmp_path, "try", f"w{k}", [_mark(cand)])
+    row = candidates(tmp_path, ["m"], [("try", "the candidate")])[-1]
+    assert row.startswith("| the candidate | m | mark | 4 | -19.5 ± ")
+    assert row.endswith("| 0/4 | 99.00 ± 0.00 (99.00) | 0 | adopt |")
+    _write(tmp_path, "try", "w0", [_mark(8, within=0.97)])  # cheaper, but breaks SL_min
+    assert candidates(tmp_path, ["m"], [("try", "the candidate")])[-1].endswith("| 1 | no |")
 
 
 def test_a_rule_inert_on_one_model_is_judged_where_it_acts(tmp_path: Path) -> None:

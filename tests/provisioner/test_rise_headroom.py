@@ -16,9 +16,11 @@ from provisioner.pooling import capacity_in_pool
 from provisioner.rise_headroom import (
     LEVEL_MINUTES,
     absorbing,
+    by_misses,
     carried_rise,
     rating,
     rise_allowance,
+    rise_to_carry,
     worst_rise,
 )
 from provisioner.standby_step import interruption_step
@@ -129,6 +131,28 @@ def test_the_allowance_is_what_the_last_hour_left() -> None:
     assert rise_allowance(0.015, (10_000, 50)) == pytest.approx(0.01)
     assert rise_allowance(0.015, (10_000, 400)) == 0.0  # spent already
     assert rise_allowance(0.0, (10_000, 0)) == 0.0
+
+
+def test_by_misses_carries_the_part_of_the_rise_the_measured_misses_show() -> None:
+    share = 0.015
+    assert by_misses(3.0, share, (10_000, 0)) == 1.0  # nothing missed: pool outright
+    assert by_misses(3.0, share, (10_000, 75)) == pytest.approx(2.0)  # half the share spent
+    assert by_misses(3.0, share, (10_000, 150)) == 3.0  # all of it spent
+    assert by_misses(3.0, share, (10_000, 900)) == 3.0  # never more than the rise
+    assert by_misses(3.0, share, (0, 0)) == 3.0  # nothing measured: all of it
+    assert by_misses(3.0, 0.0, (10_000, 0)) == 3.0  # no share for rises: all of it
+
+
+def test_the_rise_to_carry_is_by_misses_only_where_configured() -> None:
+    grid = _grid([10.0] * 20 + [30.0] * 3)
+    cfg = replace(CFG, rise_miss_share=0.015)
+    counted = carried_rise(grid, 2, 0.015 - 0.005)
+    assert counted is not None and counted > 1.0
+    assert rise_to_carry(grid, cfg, (10_000, 50)) == pytest.approx(counted)
+    by = rise_to_carry(grid, replace(cfg, rise_by_misses=True), (10_000, 50))
+    assert by == pytest.approx(1.0 + (counted - 1.0) / 3)
+    assert rise_to_carry(grid, replace(cfg, tau_steps=0), (10_000, 50)) is None
+    assert rise_to_carry(_grid([10.0] * 5), replace(cfg, rise_by_misses=True), (1, 0)) is None
 
 
 def test_no_carried_rise_without_a_level_and_a_lead() -> None:
