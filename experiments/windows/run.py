@@ -85,6 +85,10 @@ WITH_FLOOR = "mark-with-floor"
 """mark's runs made while the persisting floor was in the code (up to 1d447c9): the base
 of the ablation sets that ran then, so each pair differs in its one rule alone."""
 
+UNCOUNTED = "mark-uncounted"
+"""mark's runs made while misses went uncounted with declines off (up to 152e167), so a
+pool sized for rises carried the worst rise the history shows: the base of the sets
+that ran then with that rule acting."""
 
 ONE = (0,)  # the seed the paired sets run (RunSet.seeds)
 
@@ -153,6 +157,7 @@ SETS: dict[str, list[RunSet]] = {
             ("--no-spill-batching",),
             "batched spill",
             ONE,
+            base=UNCOUNTED,
         ),
     ],
     "spot-ablation": [
@@ -199,6 +204,7 @@ SETS: dict[str, list[RunSet]] = {
             ("--variants", "resnet-50,resnet-18", "--accuracy-floor", floor),
             f"variants at floor {floor}",
             ONE,
+            base=UNCOUNTED,
         )
         for floor in ("0.77", "0.75")
     ],
