@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 DECLINED_MARK = "declined:"
 """How a declined request's error starts, wherever it is reported (a client can match it)."""
@@ -65,6 +66,24 @@ whose dashboard reads an hour sets ``period_s: 3600``."""
 RECENT_S = 3600.0
 """What ``tally`` reports: the last hour's misses, what the planner may still leave to
 miss in the rises it plans for (``provisioner.rise_headroom``), whatever the period."""
+
+
+class MissTally(NamedTuple):
+    """The arrivals and misses the planner is told of (``MissBudget.count``): the last
+    hour's (``RECENT_S``), and the SLO's period's, on which SL_min is judged."""
+
+    arrived: int
+    missed: int
+    period_arrived: int = 0
+    period_missed: int = 0
+
+    def merged(self, other: MissTally) -> MissTally:
+        """Two frontends' tallies together (each counts the requests it took)."""
+        return MissTally(*(a + b for a, b in zip(self, other, strict=True)))
+
+
+NO_TALLY = MissTally(0, 0)
+"""Nothing measured yet."""
 
 
 def declinable(arrived: int, missed: int, sl_min: float, share: float, *, involuntary: int) -> int:
@@ -147,6 +166,11 @@ class MissBudget:
             arrived += a
             missed += m
         return int(arrived), int(missed)
+
+    def count(self, now: float) -> MissTally:
+        """The last hour's ``tally`` and the period's: what the planner is told."""
+        hour = self.tally(now)
+        return MissTally(hour[0], hour[1], self.arrived, self.missed)
 
     def decline(self, now: float, wanted: int) -> int:
         """Decline up to ``wanted`` requests at ``now``; returns how many: each is a miss."""

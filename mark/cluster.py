@@ -9,6 +9,7 @@ import logging
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from bouncer.miss_budget import NO_TALLY, MissTally
 from mark.errors import StoreError
 from mark.identity import frontend_id
 from mark.running import Running
@@ -20,10 +21,10 @@ from provisioner.spill_evidence import SpillCounts
 log = logging.getLogger("mark.daemon")
 
 
-def tallies(run: Running, now: float) -> dict[str, tuple[int, int]]:
-    """Per model, this frontend's miss budget's (arrived, missed) now."""
+def tallies(run: Running, now: float) -> dict[str, MissTally]:
+    """Per model, this frontend's miss budget's arrivals and misses now."""
     return {
-        name: served.dispatcher.budget.tally(now)
+        name: served.dispatcher.budget.count(now)
         for name, served in run.models.items()
         if served.dispatcher is not None and served.dispatcher.budget is not None
     }
@@ -40,7 +41,7 @@ async def beat(run: Running, now: float) -> None:
         now,
         run.synced_at,
         {
-            name: served.telemetry.feed(mine.get(name, (0, 0)))
+            name: served.telemetry.feed(mine.get(name, NO_TALLY))
             for name, served in run.models.items()
             if served.telemetry is not None
         },
@@ -60,7 +61,7 @@ def with_others(
     run: Running,
     latencies: dict[str, list[float]],
     spills: dict[str, SpillCounts],
-    misses: dict[str, tuple[int, int]],
+    misses: dict[str, MissTally],
     leading: bool,
 ) -> None:
     """While this frontend leads: the other frontends' outcomes, spills and miss tallies
@@ -73,5 +74,4 @@ def with_others(
         s = spills.get(model, SpillCounts())
         o = seen.spills
         spills[model] = SpillCounts(s.total + o.total, s.within + o.within, s.cost + o.cost)
-        t = misses.get(model, (0, 0))
-        misses[model] = (t[0] + seen.tally[0], t[1] + seen.tally[1])
+        misses[model] = misses.get(model, NO_TALLY).merged(seen.tally)

@@ -14,6 +14,7 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
+from bouncer.miss_budget import NO_TALLY, MissTally
 from provisioner.forecast_sanity import ForecastBounds
 from provisioner.greedy import OptionKey, PlannerOption
 from provisioner.guards import GuardConfig
@@ -129,7 +130,7 @@ class StepConfig:
     """The share of all requests the pool sized for rises may leave to miss
     (``provisioner.rise_headroom.carried_rise``); 0: carry the worst rise."""
     rise_by_misses: bool = False
-    """Carry only the part of that rise the last hour's measured misses show is needed
+    """Carry only the part of that rise the measured misses show is needed
     (``provisioner.rise_headroom.by_misses``)."""
     spill_cost_per_request: float | None = None
     """Spill's measured price when the plan may leave each step's peak to it
@@ -209,9 +210,9 @@ class ModelControl:
     saved: after a restart the first step sets it."""
     planned_at: float = -math.inf
     """When the last plan was made."""
-    misses: tuple[int, int] = (0, 0)
-    """(arrived, missed) over the miss budget's window (``bouncer.miss_budget``), as last
-    measured; what a pool sized for rises may still leave to miss. Not saved: after a
+    misses: MissTally = NO_TALLY
+    """The last hour's and the SLO period's arrivals and misses (``bouncer.miss_budget``),
+    as last measured; what a pool sized for rises may still leave to miss. Not saved: after a
     restart the next measurement sets it, and until then the pool carries the worst
     rise."""
 

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bouncer.miss_budget import RECENT_S
+from bouncer.miss_budget import RECENT_S, MissTally
 from provisioner.control_state import Snapshot, StepConfig
 from provisioner.greedy import PlannerOption
 
@@ -153,37 +153,41 @@ def carried_rise(windows: np.ndarray, lead_minutes: int, allowed_share: float) -
     return hi
 
 
-def rise_allowance(share: float, misses: tuple[int, int]) -> float:
+def rise_allowance(share: float, misses: MissTally) -> float:
     """The share of requests a pool sized for rises may leave to miss: ``share`` less what
-    the last window's misses (``misses``: arrived, missed) already spent, at least 0, as
-    the miss budget lets declines spend only what the window has left; 0 (the worst
-    rise) before anything is measured."""
-    arrived, missed = misses
-    if arrived <= 0 or share <= 0.0:
+    the last hour's misses already spent, at least 0, as the miss budget lets declines
+    spend only what the window has left; 0 (the worst rise) before anything is
+    measured."""
+    if misses.arrived <= 0 or share <= 0.0:
         return 0.0
-    return max(0.0, share - missed / arrived)
+    return max(0.0, share - misses.missed / misses.arrived)
 
 
-def by_misses(rise: float, share: float, misses: tuple[int, int]) -> float:
+def by_misses(rise: float, share: float, misses: MissTally) -> float:
     """The part of ``rise`` (from ``carried_rise``) to carry, in proportion to the share of
-    the rises' allowance (``share``) the last window's measured misses (``misses``:
-    arrived, missed) spent: 1 (pool outright) while nothing missed, all of ``rise`` once
-    the allowance is spent or before anything is measured.
+    the rises' allowance (``share``) the measured misses spent, the last hour's or the
+    SLO period's, whichever spent more: 1 (pool outright) while nothing missed, all of
+    ``rise`` once the allowance is spent or before anything is measured.
 
     ``carried_rise`` counts every request above ``R`` times the level as a miss, as if
     nothing else answered a rise; the measured misses say how many a rise actually cost
     the fleet as it is (forecasts, the SLO monitor's backups and whole instances all
-    answering some of it), so the headroom grows only as far as they show it is needed."""
-    arrived, missed = misses
-    if arrived <= 0 or share <= 0.0:
+    answering some of it), so the headroom grows only as far as they show it is needed.
+    The hour reacts to a bad hour; the period, on which SL_min is judged, remembers it
+    after the hour has forgotten, so the pool does not shrink back into the next one
+    while the period's misses stand near the allowance."""
+    if misses.arrived <= 0 or share <= 0.0:
         return rise
-    return 1.0 + min(1.0, missed / arrived / share) * (rise - 1.0)
+    spent = misses.missed / misses.arrived
+    if misses.period_arrived > 0:
+        spent = max(spent, misses.period_missed / misses.period_arrived)
+    return 1.0 + min(1.0, spent / share) * (rise - 1.0)
 
 
-def rise_to_carry(windows: np.ndarray, cfg: StepConfig, misses: tuple[int, int]) -> float | None:
+def rise_to_carry(windows: np.ndarray, cfg: StepConfig, misses: MissTally) -> float | None:
     """The rise the plan's pool carries over the history ``windows`` (minutes × 5 s
-    windows of rates), given the last window's measured ``misses``: ``carried_rise`` at
-    what they left of ``cfg.rise_miss_share``, and with ``cfg.rise_by_misses`` only the
+    windows of rates), given the measured ``misses``: ``carried_rise`` at what the last
+    hour's left of ``cfg.rise_miss_share``, and with ``cfg.rise_by_misses`` only the
     part of it they show is needed (``by_misses``). None: plan alone."""
     lead = lead_minutes(cfg)
     if lead <= 0:

@@ -210,10 +210,18 @@ SETS: dict[str, list[RunSet]] = {
     ],
     "candidates": [
         RunSet(
+            "rise-by-misses-hour",
+            "mark,mark-spot",
+            ("--rise-by-misses",),
+            "rise carried as the last hour's misses show",
+            ONE,
+            True,
+        ),
+        RunSet(
             "rise-by-misses",
             "mark,mark-spot",
             ("--rise-by-misses",),
-            "rise carried as the measured misses show",
+            "rise carried as the hour's or the period's misses show",
             ONE,
         ),
     ],

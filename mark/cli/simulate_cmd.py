@@ -268,7 +268,7 @@ def simulate(
         False,
         "--rise-by-misses/--no-rise-by-misses",
         help="mark policies: the daemon's planner.rise_by_misses (where spill cannot answer "
-        "in time, carry only the part of a rise the last hour's misses show is needed)",
+        "in time, carry only the part of a rise the measured misses show is needed)",
     ),
     volume_gb: float = typer.Option(
         8.0,

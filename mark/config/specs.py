@@ -292,9 +292,10 @@ class PlannerSpec(_Strict):
     rise_by_misses: bool = Field(
         default=False,
         description="where the pool carries a rise (above): carry only the part of it the "
-        "last hour's measured misses show is needed, in proportion to the share of "
-        "rise_miss_share they spent: pool outright while nothing missed, the whole rise "
-        "once that share is spent (provisioner/rise_headroom.py by_misses)",
+        "measured misses show is needed, in proportion to the share of rise_miss_share "
+        "they spent, the last hour's or the SLO period's, whichever is more: pool "
+        "outright while nothing missed, the whole rise once that share is spent "
+        "(provisioner/rise_headroom.py by_misses)",
     )
     spill_capacity_target: bool = Field(
         default=True,

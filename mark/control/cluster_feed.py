@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bouncer.miss_budget import NO_TALLY, MissTally
 from mark.state.records import FrontendRecord
 from provisioner.spill_evidence import SpillCounts
 
@@ -38,8 +39,8 @@ class Seen:
 
     latencies: list[float] = field(default_factory=list)
     spills: SpillCounts = field(default_factory=SpillCounts)
-    tally: tuple[int, int] = (0, 0)
-    """(arrived, missed) over their miss budgets' windows now: not a difference."""
+    tally: MissTally = NO_TALLY
+    """Their miss budgets' arrivals and misses now (``MissBudget.count``): not a difference."""
 
 
 @dataclass
@@ -63,8 +64,8 @@ class ClusterFeed:
             for model, counts in rec.feed.items():
                 seen = out.setdefault(model, Seen())
                 now = {k: float(v) for k, v in counts.items()}
-                t = seen.tally
-                seen.tally = (t[0] + int(now.get("arrived", 0)), t[1] + int(now.get("missed", 0)))
+                theirs = MissTally(*(int(now.get(k, 0)) for k in MissTally._fields))
+                seen.tally = seen.tally.merged(theirs)
                 before = self._last.get((rec.id, model))
                 self._last[(rec.id, model)] = now
                 if before is None or any(now.get(k, 0.0) < before.get(k, 0.0) for k in SINCE_START):

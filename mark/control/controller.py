@@ -31,6 +31,7 @@ from typing import Protocol, runtime_checkable
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from bouncer.miss_budget import MissTally
 from mark.catalog import Catalog, Market, load_catalog
 from mark.config import ModelSpec, Settings
 from mark.control.adopt import adopt_fleet
@@ -483,11 +484,11 @@ class Controller:
                     seen = mine.spill.observe(c.within, c.total, c.cost)
                     self.state = self.state.with_model(model, replace(mine, spill=seen))
 
-    async def record_misses(self, tallies: Mapping[str, tuple[int, int]]) -> None:
-        """Per model, (arrived, missed) over the miss budget's window as just counted
-        (``bouncer.miss_budget``): what a pool sized for rises may still leave to miss
-        (``provisioner.rise_headroom.rise_allowance``), in the daemon from its dispatchers
-        and in the simulator from its engine."""
+    async def record_misses(self, tallies: Mapping[str, MissTally]) -> None:
+        """Per model, the last hour's and the SLO period's arrivals and misses as just
+        counted (``bouncer.miss_budget.MissBudget.count``): what a pool sized for rises may
+        still leave to miss (``provisioner.rise_headroom``), in the daemon from its
+        dispatchers and in the simulator from its engine."""
         async with self._lock:
             for model, tally in tallies.items():
                 mine = self.state.of(model)

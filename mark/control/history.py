@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from bouncer.miss_budget import MissTally
 from mark.ports import Store
 from mark.state.records import ArrivalWindow
 from predictor.base import Forecaster, History
@@ -188,7 +189,7 @@ class LoadHistory:
         return grid
 
     async def rise_to_carry(
-        self, model: str, now: float, cfg: StepConfig, misses: tuple[int, int]
+        self, model: str, now: float, cfg: StepConfig, misses: MissTally
     ) -> float | None:
         """The rise a pool sized for rises carries over this history, given the last
         window's measured ``misses`` (``provisioner.rise_headroom.rise_to_carry``)."""

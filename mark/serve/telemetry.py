@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bouncer.miss_budget import NO_TALLY, MissTally
 from mark.state.records import ArrivalWindow, LatencyRollup
 from provisioner.spill_evidence import SpillCounts
 
@@ -155,18 +156,20 @@ class Telemetry:
         fresh, self._spills = self._spills, SpillCounts()
         return fresh
 
-    def feed(self, tally: tuple[int, int] = (0, 0)) -> dict[str, float]:
+    def feed(self, tally: MissTally = NO_TALLY) -> dict[str, float]:
         """What this frontend has counted since it started, for the leader's SLO monitor
         and spill evidence (``mark.control.cluster_feed``), and ``tally``, its miss budget's
-        (arrived, missed) now."""
+        arrivals and misses now."""
         return {
             "hits": self.monitored[0],
             "misses": self.monitored[1],
             "spilled": self.spills_ended[0],
             "spill_within": self.spills_ended[1],
             "spill_cost": self.lambda_cost,
-            "arrived": tally[0],
-            "missed": tally[1],
+            "arrived": tally.arrived,
+            "missed": tally.missed,
+            "period_arrived": tally.period_arrived,
+            "period_missed": tally.period_missed,
         }
 
     def take_latencies(self) -> list[float]:

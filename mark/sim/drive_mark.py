@@ -154,7 +154,7 @@ async def drive_mark(world: SimWorld, forecaster: Forecaster | None) -> Extra:
         await ctl.record_spills({model: spills})
         budget = world.engine.budget
         if budget is not None:
-            await ctl.record_misses({model: budget.tally(t)})
+            await ctl.record_misses({model: budget.count(t)})
         # Declined requests were the miss budget's choice, not a sign of too few instances.
         served = lat[where != DECLINED]
         await flush(t)  # the closed P_s windows, which early steps and backups read

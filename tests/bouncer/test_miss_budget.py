@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bouncer.miss_budget import BUCKET_S, MissBudget, declinable
+from bouncer.miss_budget import BUCKET_S, MissBudget, MissTally, declinable
 
 
 def test_declinable_is_the_share_of_the_allowance_less_the_misses() -> None:
@@ -129,3 +129,15 @@ def test_the_tally_is_the_last_hour_whatever_the_period() -> None:
     b.miss(4000.0, 2)
     assert b.tally(4000.0) == (500, 2)
     assert b.tally(4000.0, span_s=86_400.0) == (1500, 9) == (b.arrived, b.missed)
+
+
+def test_the_planner_is_told_the_last_hour_and_the_period() -> None:
+    b = MissBudget(sl_min=0.98, share=0.0)  # declines off: it still counts
+    b.arrive(0.0, 1000)
+    b.miss(0.0, 7)
+    b.arrive(4000.0, 500)
+    b.miss(4000.0, 2)
+    assert b.count(4000.0) == MissTally(500, 2, 1500, 9)
+    assert b.declinable(4000.0) == 0
+    two = MissTally(10, 1, 100, 3).merged(MissTally(20, 0, 50, 1))
+    assert two == MissTally(30, 1, 150, 4)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bouncer.latency import BatchLatency
+from bouncer.miss_budget import MissTally
 from mark.catalog import Market, load_catalog
 from mark.clock import ManualClock
 from mark.config import Settings, load_settings
@@ -844,9 +845,9 @@ async def test_the_last_hours_misses_are_what_rises_may_still_spend(tmp_path: Pa
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path}/m.db", upgrade=True)
     try:
         ctl = Controller(settings, SimFleet(load_catalog(), lambda: T0), store, {spec.name: []})
-        assert ctl.state.of(spec.name).misses == (0, 0)
-        await ctl.record_misses({spec.name: (10_000, 40)})
-        assert ctl.state.of(spec.name).misses == (10_000, 40)
+        assert ctl.state.of(spec.name).misses == MissTally(0, 0)
+        await ctl.record_misses({spec.name: MissTally(10_000, 40, 100_000, 90)})
+        assert ctl.state.of(spec.name).misses == MissTally(10_000, 40, 100_000, 90)
         cfg = ctl.config_for(spec)
         left = rise_allowance(cfg.rise_miss_share, ctl.state.of(spec.name).misses)
         assert left == pytest.approx(0.75 * (1 - spec.slo.sl_min) - 0.004)

@@ -9,6 +9,7 @@ import math
 
 from rich.console import Console
 
+from bouncer.miss_budget import MissTally
 from mark.cli.status_cmd import frontend_table
 from mark.config import load_settings
 from mark.control.cluster_feed import ClusterFeed, interleaved
@@ -28,12 +29,24 @@ def test_the_leader_takes_each_other_frontends_counts_since_it_last_looked() -> 
     first = feed.look(
         [
             _rec("me", 1.0, hits=500, misses=9, arrived=10, missed=1),
-            _rec("b", 1.0, hits=100, misses=2, spilled=4, spill_within=3, arrived=40, missed=2),
+            _rec(
+                "b",
+                1.0,
+                hits=100,
+                misses=2,
+                spilled=4,
+                spill_within=3,
+                arrived=40,
+                missed=2,
+                period_arrived=400,
+                period_missed=5,
+            ),
         ]
     )
     # First sight of b: a baseline (no burst of its history), but its tally counts now.
     assert first["m"].latencies == [] and first["m"].spills == SpillCounts()
-    assert first["m"].tally == (40, 2)  # its own ("me") is counted in process, not here
+    # Its own ("me") is counted in process, not here; the hour's and the period's.
+    assert first["m"].tally == MissTally(40, 2, 400, 5)
     second = feed.look(
         [
             _rec("b", 3.0, hits=106, misses=4, spilled=5, spill_within=3, spill_cost=0.5),
@@ -42,7 +55,7 @@ def test_the_leader_takes_each_other_frontends_counts_since_it_last_looked() -> 
     )["m"]
     assert sorted(second.latencies) == [0.0] * 6 + [math.inf] * 2
     assert second.spills == SpillCounts(1, 0, 0.5)
-    assert second.tally == (7, 0)
+    assert second.tally == MissTally(7, 0)
     # b restarted under the same id (its counts fell): a baseline again, nothing negative.
     third = feed.look([_rec("b", 5.0, hits=3, misses=0)])["m"]
     assert third.latencies == [] and third.spills == SpillCounts()
@@ -65,7 +78,7 @@ def test_a_frontends_feed_counts_what_the_slo_monitor_and_spill_evidence_read() 
     tel.outcome(1.0, 0.0, ok=False, spilled=False, declined=True)  # not the monitor's
     tel.lambda_charged(0.25)
     tel.take_latencies(), tel.take_spills()  # what the process hands its own controller
-    assert tel.feed((9, 2)) == {
+    assert tel.feed(MissTally(9, 2, 90, 3)) == {
         "hits": 1,
         "misses": 2,
         "spilled": 1,
@@ -73,6 +86,8 @@ def test_a_frontends_feed_counts_what_the_slo_monitor_and_spill_evidence_read() 
         "spill_cost": 0.25,
         "arrived": 9,
         "missed": 2,
+        "period_arrived": 90,
+        "period_missed": 3,
     }
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from bouncer.miss_budget import MissTally
 from mark.control.history import LoadHistory, max_rate_per_minute
 from mark.sim.memstore import MemoryStore
 from mark.state.records import ArrivalWindow
@@ -15,6 +16,7 @@ from provisioner.control_state import StepConfig
 from provisioner.guards import GuardConfig
 
 GUARD = GuardConfig(cooldown_s=120.0, billing_minimum_s=60.0)
+NONE_MISSED = MissTally(1000, 0)
 
 
 async def test_the_carried_rise_is_measured_on_the_stored_windows() -> None:
@@ -33,15 +35,15 @@ async def test_the_carried_rise_is_measured_on_the_stored_windows() -> None:
     # A 2-minute lead; the share of all requests rises may leave to miss.
     cfg = StepConfig(step_s=60.0, tau_steps=2, boot_s=120.0, window_steps=5, guard=GUARD)
     at = replace(cfg, rise_miss_share=0.05)
-    assert await history.rise_to_carry("m", now, cfg, (1000, 0)) == 3.0  # none: all of it
+    assert await history.rise_to_carry("m", now, cfg, NONE_MISSED) == 3.0  # none: all of it
     # The minutes with a level (ten before, and a lead): 9 at 10 r/s and the 3 at 30,
     # whose 36 windows miss 36·(30 − 10R), 5 % of all at R = 2.7.
     total = 12 * (9 * 10.0 + 3 * 30.0)
-    assert await history.rise_to_carry("m", now, at, (1000, 0)) == pytest.approx(
+    assert await history.rise_to_carry("m", now, at, NONE_MISSED) == pytest.approx(
         3.0 - 0.05 * total / 36 / 10.0
     )
-    assert await history.rise_to_carry("m", now, replace(at, tau_steps=0), (1000, 0)) is None
-    assert await history.rise_to_carry("other", now, at, (1000, 0)) is None  # nothing recorded
+    assert await history.rise_to_carry("m", now, replace(at, tau_steps=0), NONE_MISSED) is None
+    assert await history.rise_to_carry("other", now, at, NONE_MISSED) is None  # nothing recorded
 
 
 async def test_recent_rates_are_the_closed_windows_newest_first_with_gaps_as_zero() -> None:

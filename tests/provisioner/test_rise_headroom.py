@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from bouncer.miss_budget import MissTally
 from provisioner.control_state import ControlState, Member, Snapshot, StepConfig
 from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
@@ -127,20 +128,30 @@ def test_every_hour_must_fit_not_only_the_whole_history() -> None:
 
 
 def test_the_allowance_is_what_the_last_hour_left() -> None:
-    assert rise_allowance(0.015, (0, 0)) == 0.0  # nothing measured: the worst rise
-    assert rise_allowance(0.015, (10_000, 50)) == pytest.approx(0.01)
-    assert rise_allowance(0.015, (10_000, 400)) == 0.0  # spent already
-    assert rise_allowance(0.0, (10_000, 0)) == 0.0
+    assert rise_allowance(0.015, MissTally(0, 0)) == 0.0  # nothing measured: the worst rise
+    assert rise_allowance(0.015, MissTally(10_000, 50)) == pytest.approx(0.01)
+    assert rise_allowance(0.015, MissTally(10_000, 400)) == 0.0  # spent already
+    assert rise_allowance(0.0, MissTally(10_000, 0)) == 0.0
+    # The period's misses are by_misses's, not the allowance's.
+    assert rise_allowance(0.015, MissTally(10_000, 50, 50_000, 5_000)) == pytest.approx(0.01)
 
 
 def test_by_misses_carries_the_part_of_the_rise_the_measured_misses_show() -> None:
     share = 0.015
-    assert by_misses(3.0, share, (10_000, 0)) == 1.0  # nothing missed: pool outright
-    assert by_misses(3.0, share, (10_000, 75)) == pytest.approx(2.0)  # half the share spent
-    assert by_misses(3.0, share, (10_000, 150)) == 3.0  # all of it spent
-    assert by_misses(3.0, share, (10_000, 900)) == 3.0  # never more than the rise
-    assert by_misses(3.0, share, (0, 0)) == 3.0  # nothing measured: all of it
-    assert by_misses(3.0, 0.0, (10_000, 0)) == 3.0  # no share for rises: all of it
+    assert by_misses(3.0, share, MissTally(10_000, 0)) == 1.0  # nothing missed: pool outright
+    assert by_misses(3.0, share, MissTally(10_000, 75)) == pytest.approx(2.0)  # half spent
+    assert by_misses(3.0, share, MissTally(10_000, 150)) == 3.0  # all of it spent
+    assert by_misses(3.0, share, MissTally(10_000, 900)) == 3.0  # never more than the rise
+    assert by_misses(3.0, share, MissTally(0, 0)) == 3.0  # nothing measured: all of it
+    assert by_misses(3.0, 0.0, MissTally(10_000, 0)) == 3.0  # no share for rises: all of it
+
+
+def test_a_period_near_its_allowance_keeps_the_rise_after_a_quiet_hour() -> None:
+    share = 0.015
+    # A quiet hour in a period that has spent 3/4 of the share: the period decides.
+    assert by_misses(3.0, share, MissTally(10_000, 0, 80_000, 900)) == pytest.approx(2.5)
+    # A bad hour in a quiet period: the hour decides.
+    assert by_misses(3.0, share, MissTally(10_000, 150, 80_000, 150)) == 3.0
 
 
 def test_the_rise_to_carry_is_by_misses_only_where_configured() -> None:
@@ -148,11 +159,13 @@ def test_the_rise_to_carry_is_by_misses_only_where_configured() -> None:
     cfg = replace(CFG, rise_miss_share=0.015)
     counted = carried_rise(grid, 2, 0.015 - 0.005)
     assert counted is not None and counted > 1.0
-    assert rise_to_carry(grid, cfg, (10_000, 50)) == pytest.approx(counted)
-    by = rise_to_carry(grid, replace(cfg, rise_by_misses=True), (10_000, 50))
+    misses = MissTally(10_000, 50)
+    assert rise_to_carry(grid, cfg, misses) == pytest.approx(counted)
+    by = rise_to_carry(grid, replace(cfg, rise_by_misses=True), misses)
     assert by == pytest.approx(1.0 + (counted - 1.0) / 3)
-    assert rise_to_carry(grid, replace(cfg, tau_steps=0), (10_000, 50)) is None
-    assert rise_to_carry(_grid([10.0] * 5), replace(cfg, rise_by_misses=True), (1, 0)) is None
+    assert rise_to_carry(grid, replace(cfg, tau_steps=0), misses) is None
+    short = _grid([10.0] * 5)
+    assert rise_to_carry(short, replace(cfg, rise_by_misses=True), MissTally(1, 0)) is None
 
 
 def test_no_carried_rise_without_a_level_and_a_lead() -> None:
