@@ -129,7 +129,7 @@ class StepConfig:
     rise_miss_share: float = 0.0
     """The share of all requests the pool sized for rises may leave to miss
     (``provisioner.rise_headroom.carried_rise``); 0: carry the worst rise."""
-    rise_by_misses: bool = False
+    rise_by_misses: bool = True
     """Carry only the part of that rise the measured misses show is needed
     (``provisioner.rise_headroom.by_misses``)."""
     spill_cost_per_request: float | None = None

@@ -402,7 +402,10 @@ def write_report(here: Path, models: list[str]) -> str:
             root,
             models,
             [(rs.name, rs.rule) for rs in SETS["spot-ablation"]]
-            + [("no-spill-batching", "batched spill (mark-spot)")],
+            + [
+                ("no-spill-batching", "batched spill (mark-spot)"),
+                ("no-rise-by-misses", "rise carried as the misses show (mark-spot)"),
+            ],
             policy="mark-spot",
         ),
         "",

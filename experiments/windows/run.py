@@ -21,8 +21,8 @@ Run sets (`--sets`):
 - `together`: mark and mark-spot with the persisting floor and the calendar's rises
   planned ahead both off, paired alike: the first round rejected each on `mark`; this
   set is the check on `mark-spot` that brought them back.
-- `candidates`: a rule not yet in mark's defaults (``planner.rise_by_misses``), on mark
-  and mark-spot, paired alike: adopted only by the ablation's rule, the other way round.
+- `candidates`: a rule tried before it was in mark's defaults, on mark and mark-spot,
+  paired alike: adopted only by the ablation's rule, the other way round.
 - `warmup`: mark after a 1 h and a 6 h warm-up instead of the default 3 h, paired alike:
   the warm-up is a measurement, chosen on these windows, not on one.
 
@@ -90,6 +90,10 @@ UNCOUNTED = "mark-uncounted"
 pool sized for rises carried the worst rise the history shows: the base of the sets
 that ran then with that rule acting."""
 
+NO_RISE_BY_MISSES = "no-rise-by-misses"
+"""mark with the whole counted rise carried where spill is late: the candidate tried
+against it (``rise-by-misses-hour``) ran when this was mark's default."""
+
 ONE = (0,)  # the seed the paired sets run (RunSet.seeds)
 
 SETS: dict[str, list[RunSet]] = {
@@ -133,6 +137,13 @@ SETS: dict[str, list[RunSet]] = {
             "mark",
             ("--pooled-capacity", "true"),
             "rises carried where spill is late",
+            ONE,
+        ),
+        RunSet(
+            NO_RISE_BY_MISSES,
+            "mark,mark-spot",
+            ("--no-rise-by-misses",),
+            "rise carried as the misses show",
             ONE,
         ),
         RunSet(
@@ -216,13 +227,7 @@ SETS: dict[str, list[RunSet]] = {
             "rise carried as the last hour's misses show",
             ONE,
             True,
-        ),
-        RunSet(
-            "rise-by-misses",
-            "mark,mark-spot",
-            ("--rise-by-misses",),
-            "rise carried as the hour's or the period's misses show",
-            ONE,
+            NO_RISE_BY_MISSES,
         ),
     ],
     "warmup": [

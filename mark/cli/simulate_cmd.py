@@ -265,7 +265,7 @@ def simulate(
         "newsvendor quantile of its 5 s rates once spill is measured in time)",
     ),
     rise_by_misses: bool = typer.Option(
-        False,
+        True,
         "--rise-by-misses/--no-rise-by-misses",
         help="mark policies: the daemon's planner.rise_by_misses (where spill cannot answer "
         "in time, carry only the part of a rise the measured misses show is needed)",

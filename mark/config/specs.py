@@ -290,12 +290,12 @@ class PlannerSpec(_Strict):
         "model's history. 0: carry the largest rise within a boot time the history shows",
     )
     rise_by_misses: bool = Field(
-        default=False,
+        default=True,
         description="where the pool carries a rise (above): carry only the part of it the "
         "measured misses show is needed, in proportion to the share of rise_miss_share "
         "they spent, the last hour's or the SLO period's, whichever is more: pool "
         "outright while nothing missed, the whole rise once that share is spent "
-        "(provisioner/rise_headroom.py by_misses)",
+        "(provisioner/rise_headroom.py by_misses); false: the whole rise always",
     )
     spill_capacity_target: bool = Field(
         default=True,

@@ -144,7 +144,7 @@ class SimConfig:
     capacity_target: bool = True
     """mark policies: the daemon's ``planner.spill_capacity_target``
     (``provisioner.capacity_target``)."""
-    rise_by_misses: bool = False
+    rise_by_misses: bool = True
     """mark policies: the daemon's ``planner.rise_by_misses``
     (``provisioner.rise_headroom.by_misses``)."""
     volume_gb: float = 8.0

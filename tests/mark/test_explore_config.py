@@ -22,6 +22,7 @@ def test_on_by_default_and_shown() -> None:
         "explore_unprofiled": {"max_concurrent": 1, "interval_s": 3600.0},
         "pooled_capacity": "auto",
         "rise_miss_share": 0.75,
+        "rise_by_misses": True,
         "spill_capacity_target": True,
     }
     assert explore_config(settings) == ExploreConfig(1, 3600.0)

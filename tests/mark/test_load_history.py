@@ -33,7 +33,9 @@ async def test_the_carried_rise_is_measured_on_the_stored_windows() -> None:
     history = LoadHistory(store, history_minutes=60, step_s=60.0)
     now = 60.0 * len(rates)
     # A 2-minute lead; the share of all requests rises may leave to miss.
-    cfg = StepConfig(step_s=60.0, tau_steps=2, boot_s=120.0, window_steps=5, guard=GUARD)
+    cfg = StepConfig(
+        step_s=60.0, tau_steps=2, boot_s=120.0, window_steps=5, guard=GUARD, rise_by_misses=False
+    )
     at = replace(cfg, rise_miss_share=0.05)
     assert await history.rise_to_carry("m", now, cfg, NONE_MISSED) == 3.0  # none: all of it
     # The minutes with a level (ten before, and a lead): 9 at 10 r/s and the 3 at 30,

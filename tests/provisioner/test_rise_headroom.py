@@ -154,9 +154,9 @@ def test_a_period_near_its_allowance_keeps_the_rise_after_a_quiet_hour() -> None
     assert by_misses(3.0, share, MissTally(10_000, 150, 80_000, 150)) == 3.0
 
 
-def test_the_rise_to_carry_is_by_misses_only_where_configured() -> None:
+def test_the_rise_to_carry_is_by_misses_unless_configured_off() -> None:
     grid = _grid([10.0] * 20 + [30.0] * 3)
-    cfg = replace(CFG, rise_miss_share=0.015)
+    cfg = replace(CFG, rise_miss_share=0.015, rise_by_misses=False)
     counted = carried_rise(grid, 2, 0.015 - 0.005)
     assert counted is not None and counted > 1.0
     misses = MissTally(10_000, 50)
