@@ -420,11 +420,14 @@ def encode_v2(
     outputs: Specs,
     wanted: Mapping[str, bool] | None = None,
     parameters: Mapping[str, Any] | None = None,
+    version: str | None = None,
 ) -> dict[str, Any]:
     """The V2 response with every wanted output's data inline (and ``parameters``, e.g.
-    the variant that served it)."""
+    the variant that served it), naming the ``version`` that served it as Triton does."""
     specs = [t for t in _specs(outputs) if wanted is None or t.name in wanted]
     body: dict[str, Any] = {"model_name": model, "outputs": []}
+    if version is not None:
+        body["model_version"] = version
     for t, arr in zip(specs, output_arrays(rows, specs).values(), strict=True):
         body["outputs"].append(
             {
@@ -448,13 +451,14 @@ def encode_v2_binary(
     outputs: Specs,
     wanted: Mapping[str, bool] | None = None,
     parameters: Mapping[str, Any] | None = None,
+    version: str | None = None,
 ) -> tuple[bytes, int]:
     """The V2 response with the outputs wanted as binary data after the JSON object (in
     the order listed), the rest inline, and the length of that object.
 
     The length goes in the ``Inference-Header-Content-Length`` header.
     """
-    body = encode_v2(model, rows, request_id, outputs, wanted, parameters)
+    body = encode_v2(model, rows, request_id, outputs, wanted, parameters, version)
     raw: list[bytes] = []
     for out in body["outputs"]:
         if wanted is None or wanted.get(out["name"], True):

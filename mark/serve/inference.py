@@ -173,10 +173,12 @@ async def infer_v2(request: web.Request) -> web.Response:
     variant = variant_served(outcomes)
     params = {"variant": variant} if variant is not None else None
     if not parsed.binary_output:
-        body_v2 = encode_v2(spec.name, outputs, req_id, spec.output_specs, parsed.outputs, params)
+        body_v2 = encode_v2(
+            spec.name, outputs, req_id, spec.output_specs, parsed.outputs, params, spec.version
+        )
         return json_response(body_v2, headers=who)
     payload, head_length = encode_v2_binary(
-        spec.name, outputs, req_id, spec.output_specs, parsed.outputs, params
+        spec.name, outputs, req_id, spec.output_specs, parsed.outputs, params, spec.version
     )
     return web.Response(
         body=payload,

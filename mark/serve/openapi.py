@@ -307,7 +307,13 @@ def _versioned(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _infer_ok() -> dict[str, Any]:
-    ok = _prediction({"model_name": {"type": "string"}, "outputs": {"type": "array"}})
+    ok = _prediction(
+        {
+            "model_name": {"type": "string"},
+            "model_version": {"type": "string"},
+            "outputs": {"type": "array"},
+        }
+    )
     ok["content"][OCTET_STREAM] = {"schema": {"type": "string", "format": "binary"}}
     ok["headers"] = {
         **ok["headers"],

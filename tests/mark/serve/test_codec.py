@@ -101,7 +101,8 @@ def test_encoders_produce_each_protocols_shape() -> None:
     v1 = encode_v1(outs, out)
     assert np.allclose(v1["predictions"], [[0.1, 0.9], [0.8, 0.2]])
     v2 = encode_v2("m", outs, "req-1", out)
-    assert v2["model_name"] == "m" and v2["id"] == "req-1"
+    assert v2["model_name"] == "m" and v2["id"] == "req-1" and "model_version" not in v2
+    assert encode_v2("m", outs, None, out, version="3")["model_version"] == "3"
     (o,) = v2["outputs"]
     assert o["shape"] == [2, 2] and o["datatype"] == "FP32" and len(o["data"]) == 4
 

@@ -193,6 +193,7 @@ async def test_default_binary_output_versions_and_spill(live: Live) -> None:
         # No requested outputs: tritonclient asks for every output as binary data.
         result = await client.infer("digits", [_input(x, True)], model_version="1")
         assert "binary_data_size" in result.get_output("output")["parameters"]
+        assert result.get_response()["model_version"] == "1"
         _same(result.as_numpy("output"), x, live.runner)
         spilled = await client.infer("spilled", [_input(x, True)])
         _same(spilled.as_numpy("output"), x, live.runner)
