@@ -276,6 +276,7 @@ def run_one(run_set: RunSet, model: str, w: Window, code: str) -> float:
         "--start-day", repr(w.day + w.hour / 24), "--hours", f"{HOURS:g}",
         "--model", model, "--rate-scale", f"{MODELS[model]:g}",
         "--policies", run_set.policies, "--seed", str(w.seed), "--format", "json",
+        "--no-bound-own-misses",  # no table reports it; rebound.py --own-misses adds it
         *run_set.args,
     ]  # fmt: skip
     t = time.perf_counter()

@@ -284,6 +284,12 @@ def simulate(
         "(its warm pool of stopped instances, above all) has formed: 3 h by default",
     ),
     seed: int = typer.Option(0, help="seed of the arrivals and interruptions"),
+    bound_own_misses: bool = typer.Option(
+        True,
+        "--bound-own-misses/--no-bound-own-misses",
+        help="also bound each policy that missed more than its SLO allows at its own misses "
+        "(one more linear program each, minutes on the queueing models)",
+    ),
     fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv"),
     out: Path | None = typer.Option(
         None, help="directory for results.json, results.csv and the plots (PNG)"
@@ -385,6 +391,7 @@ def simulate(
                 forecaster=forecaster,
                 on_progress=on_progress,
                 cache_dir=state(ctx).settings().data_dir / "sim-cache",
+                own_misses=bound_own_misses,
             )
         )
     title = (

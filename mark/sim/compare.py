@@ -218,10 +218,12 @@ def policy_bound(
     catalog: Catalog,
     cache: dict[BoundKey, Bound] | None = None,
     cache_dir: Path | None = None,
+    own_misses: bool = True,
 ) -> PolicyResult:
     """``result`` with its bound (from ``cache`` when this set of offerings has one, or
     from ``cache_dir`` when a run before solved it) and, if it missed more than its SLO
-    allows, the bound at its own misses."""
+    allows and ``own_misses``, the bound at its own misses (one more solve, the slowest:
+    a sweep that reports no such figure skips it)."""
     key = bound_key(policy, cfg)
 
     def solve(misses: int | None = None) -> Bound:
@@ -240,7 +242,7 @@ def policy_bound(
     if key not in cache:
         cache[key] = solve()
     bound = cache[key]
-    own = solve(result.missed) if result.missed > bound.miss_budget else None
+    own = solve(result.missed) if own_misses and result.missed > bound.miss_budget else None
     return replace(result, bound=bound, bound_own=own)
 
 
@@ -253,9 +255,10 @@ async def compare(
     forecaster: Forecaster | None,
     on_progress: OnPolicy | None = None,
     cache_dir: Path | None = None,
+    own_misses: bool = True,
 ) -> list[PolicyResult]:
     """Every policy on the same arrivals, each with its bound (``cache_dir``: where solved
-    bounds are kept between runs, ``cached_bound``)."""
+    bounds are kept between runs, ``cached_bound``; ``own_misses``: ``policy_bound``)."""
     begin = int(workload.start - cfg.warmup_s)
     arrivals = workload.arrivals(begin, workload.end, cfg.seed)
     out = []
@@ -290,6 +293,7 @@ async def compare(
                 catalog=catalog,
                 cache=bounds,
                 cache_dir=cache_dir,
+                own_misses=own_misses,
             )
         )
     return out

@@ -182,3 +182,20 @@ async def test_sagemaker_costs_at_least_ec2_target_tracking_and_both_at_least_th
         assert r.bound is not None
         floor = r.bound_own.value if r.bound_own is not None else r.bound.value
         assert r.total_cost >= floor * (1 - 1e-6)
+
+
+async def test_a_sweep_may_skip_the_bound_at_a_runs_own_misses() -> None:
+    """SageMaker misses the step's rise: bounded at its own misses unless asked not to
+    (``--no-bound-own-misses``), when it keeps the SLO's bound alone."""
+    rates = np.full(3600, 4.0)
+    rates[900:2100] = 20.0
+    w = Workload("step", np.concatenate([np.full(HISTORY_S, 4.0), rates]), EPOCH, HISTORY_S, 3600)
+    cfg = SimConfig(warmup_s=300, seed=1, boot_s=120)
+    (with_own,) = await compare(w, _tiny_model(), [POLICIES["sagemaker"]], cfg, forecaster=None)
+    (without,) = await compare(
+        w, _tiny_model(), [POLICIES["sagemaker"]], cfg, forecaster=None, own_misses=False
+    )
+    assert with_own.bound is not None and with_own.missed > with_own.bound.miss_budget
+    assert with_own.bound_own is not None and with_own.bound_own.value > 0
+    assert without.bound_own is None and without.bound is not None
+    assert without.bound.value == with_own.bound.value and without.missed == with_own.missed
