@@ -144,6 +144,18 @@ class StepConfig:
 
 
 @dataclass(frozen=True)
+class Rise:
+    """The rise a pool sized for rises carries (``provisioner.rise_headroom``)."""
+
+    carried: float
+    """What the pool carries: each instance rated at its pooled capacity over it."""
+    counted: float
+    """The rise the history shows when every request above it counts as missed
+    (``carried_rise``); ``carried`` is the part of it the measured misses show is
+    needed (``by_misses``), all of it without ``StepConfig.rise_by_misses``."""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """The world for one model at ``now``: its forecast, its options, the whole fleet."""
 
@@ -166,10 +178,9 @@ class Snapshot:
     (``provisioner.foreseen_rise``); empty when none is foreseen."""
     rise_rate: tuple[float, ...] = ()
     """Per control step, the rate that rise would bring (requests/s)."""
-    carried_rise: float | None = None
-    """The rise a pool sized for rises carries: the least whose misses over the model's
-    history fit the share of the SLO's allowance it may spend (``provisioner.rise_headroom``);
-    None: not measured (too little history, or the plan does not size for rises)."""
+    carried_rise: Rise | None = None
+    """The rise a pool sized for rises carries (``provisioner.rise_headroom``); None: not
+    measured (too little history, or the plan does not size for rises)."""
     recent_rates: tuple[float, ...] = ()
     """The rates of the P_s windows closed by ``now``, newest first, one every
     ``window_s`` seconds (0 where none came): whether the load has outrun the fleet

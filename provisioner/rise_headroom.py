@@ -55,7 +55,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bouncer.miss_budget import RECENT_S, MissTally
-from provisioner.control_state import Snapshot, StepConfig
+from provisioner.control_state import Rise, Snapshot, StepConfig
 from provisioner.greedy import PlannerOption
 
 DEFAULT_RISE_MISS_SHARE = 0.75
@@ -192,7 +192,7 @@ def by_misses(rise: float, share: float, misses: MissTally) -> float:
     return 1.0 + min(1.0, spent / share) * (rise - 1.0)
 
 
-def rise_to_carry(windows: np.ndarray, cfg: StepConfig, misses: MissTally) -> float | None:
+def rise_to_carry(windows: np.ndarray, cfg: StepConfig, misses: MissTally) -> Rise | None:
     """The rise the plan's pool carries over the history ``windows`` (minutes × 5 s
     windows of rates), given the measured ``misses``: ``carried_rise`` at what the last
     hour's left of ``cfg.rise_miss_share``, and with ``cfg.rise_by_misses`` only the
@@ -201,9 +201,11 @@ def rise_to_carry(windows: np.ndarray, cfg: StepConfig, misses: MissTally) -> fl
     if lead <= 0:
         return None
     rise = carried_rise(windows, lead, rise_allowance(cfg.rise_miss_share, misses))
-    if rise is None or not cfg.rise_by_misses:
-        return rise
-    return by_misses(rise, cfg.rise_miss_share, misses)
+    if rise is None:
+        return None
+    if not cfg.rise_by_misses:
+        return Rise(rise, rise)
+    return Rise(by_misses(rise, cfg.rise_miss_share, misses), rise)
 
 
 def absorbing(option: PlannerOption, rise: float) -> PlannerOption:
@@ -248,9 +250,16 @@ def rating(snap: Snapshot, cfg: StepConfig) -> str:
     """How the plan rates each instance, in words for ``mark plan --explain``."""
     if cfg.pooled:
         return "in a pool (spill answers in time, or as configured)"
-    if cfg.pool_for_rises and snap.carried_rise is not None:
+    rise = snap.carried_rise
+    if cfg.pool_for_rises and rise is not None:
+        scaled = (
+            f" of the x{rise.counted:.2f} the history shows, as far as the misses measured "
+            "call for it"
+            if rise.counted > rise.carried + 1e-9
+            else ""
+        )
         return (
-            f"in a pool carrying a rise of x{snap.carried_rise:.2f} within "
+            f"in a pool carrying a rise of x{rise.carried:.2f}{scaled} within "
             f"{lead_minutes(cfg)} min, never below alone (spill is not measured in time)"
         )
     return "alone (its own queue)"
@@ -262,4 +271,4 @@ def planning_options(snap: Snapshot, cfg: StepConfig) -> list[PlannerOption]:
     the history measures the rise to carry, ``absorbing`` it; else stand-alone."""
     if cfg.pooled or not cfg.pool_for_rises or snap.carried_rise is None:
         return list(snap.options)
-    return [absorbing(o, snap.carried_rise) for o in snap.options]
+    return [absorbing(o, snap.carried_rise.carried) for o in snap.options]

@@ -67,7 +67,7 @@ from mark.ports import Clock, Draining, Fleet, InstanceInfo, InterruptionNotice,
 from predictor.base import Forecaster
 from predictor.online import OnlinePredictor
 from provisioner.backup_step import backup_topup, backups_sized, load_wanted, slo_step
-from provisioner.control_state import ControlState, Note, Snapshot, StepConfig, forget_gone
+from provisioner.control_state import ControlState, Note, Rise, Snapshot, StepConfig, forget_gone
 from provisioner.early_step import EARLY_WINDOWS, Window, fleet_capacity, plan_early
 from provisioner.greedy import PlannerOption
 from provisioner.health_step import HealthFact, with_readiness
@@ -449,7 +449,7 @@ class Controller:
         model: str,
         now: float,
         fleet: Sequence[InstanceInfo],
-        carried_rise: float | None = None,
+        carried_rise: Rise | None = None,
     ) -> Snapshot:
         return snapshot(
             model,
@@ -461,7 +461,7 @@ class Controller:
             carried_rise=carried_rise,
         )
 
-    async def _carried_rise(self, spec: ModelSpec, now: float, cfg: StepConfig) -> float | None:
+    async def _carried_rise(self, spec: ModelSpec, now: float, cfg: StepConfig) -> Rise | None:
         """The rise the plan's pool carries (``rise_headroom``), so a task outside the step
         rates the fleet as the plan does; None (stand-alone) while the store does not
         answer."""

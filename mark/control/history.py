@@ -22,7 +22,7 @@ from mark.state.records import ArrivalWindow
 from predictor.base import Forecaster, History
 from predictor.baselines import PaperFallback
 from predictor.online import COLD_START_WINDOW, OnlinePredictor
-from provisioner.control_state import StepConfig
+from provisioner.control_state import Rise, StepConfig
 from provisioner.rise_headroom import rise_to_carry
 
 
@@ -190,7 +190,7 @@ class LoadHistory:
 
     async def rise_to_carry(
         self, model: str, now: float, cfg: StepConfig, misses: MissTally
-    ) -> float | None:
+    ) -> Rise | None:
         """The rise a pool sized for rises carries over this history, given the last
         window's measured ``misses`` (``provisioner.rise_headroom.rise_to_carry``)."""
         start, _ = await self.minutes(model, now)

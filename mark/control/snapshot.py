@@ -12,7 +12,7 @@ from mark.config import ModelSpec, Settings
 from mark.errors import UnknownOffering
 from mark.ports import InstanceInfo
 from provisioner.capacity_target import spill_price
-from provisioner.control_state import Member, Snapshot, StepConfig, WarmPoolConfig
+from provisioner.control_state import Member, Rise, Snapshot, StepConfig, WarmPoolConfig
 from provisioner.explore_step import Candidate, ExploreConfig
 from provisioner.forecast_sanity import ForecastBounds
 from provisioner.greedy import OptionKey, PlannerOption
@@ -236,12 +236,12 @@ def snapshot(
     fixed_hourly: float = 0.0,
     window_minutes: Sequence[Sequence[float]] = (),
     rises: tuple[Sequence[float], Sequence[float]] = ((), ()),
-    carried_rise: float | None = None,
+    carried_rise: Rise | None = None,
     recent: tuple[float, Sequence[float]] = (5.0, ()),
 ) -> Snapshot:
     """``rises``: per step, the chance and the rate of the rises the forecaster foresees
     beside ``forecast`` (``mark.control.history.StepForecast``); ``carried_rise``: the
-    rise a pool sized for rises carries (``provisioner.rise_headroom.carried_rise``);
+    rise a pool sized for rises carries (``provisioner.rise_headroom.rise_to_carry``);
     ``recent``: the P_s window length and the closed windows' rates, newest first
     (``mark.control.history.LoadHistory.recent_rates``)."""
     return Snapshot(

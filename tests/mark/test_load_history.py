@@ -12,7 +12,7 @@ from bouncer.miss_budget import MissTally
 from mark.control.history import LoadHistory, max_rate_per_minute
 from mark.sim.memstore import MemoryStore
 from mark.state.records import ArrivalWindow
-from provisioner.control_state import StepConfig
+from provisioner.control_state import Rise, StepConfig
 from provisioner.guards import GuardConfig
 
 GUARD = GuardConfig(cooldown_s=120.0, billing_minimum_s=60.0)
@@ -37,13 +37,12 @@ async def test_the_carried_rise_is_measured_on_the_stored_windows() -> None:
         step_s=60.0, tau_steps=2, boot_s=120.0, window_steps=5, guard=GUARD, rise_by_misses=False
     )
     at = replace(cfg, rise_miss_share=0.05)
-    assert await history.rise_to_carry("m", now, cfg, NONE_MISSED) == 3.0  # none: all of it
+    assert await history.rise_to_carry("m", now, cfg, NONE_MISSED) == Rise(3.0, 3.0)  # all of it
     # The minutes with a level (ten before, and a lead): 9 at 10 r/s and the 3 at 30,
     # whose 36 windows miss 36·(30 − 10R), 5 % of all at R = 2.7.
     total = 12 * (9 * 10.0 + 3 * 30.0)
-    assert await history.rise_to_carry("m", now, at, NONE_MISSED) == pytest.approx(
-        3.0 - 0.05 * total / 36 / 10.0
-    )
+    rise = await history.rise_to_carry("m", now, at, NONE_MISSED)
+    assert rise is not None and rise.carried == pytest.approx(3.0 - 0.05 * total / 36 / 10.0)
     assert await history.rise_to_carry("m", now, replace(at, tau_steps=0), NONE_MISSED) is None
     assert await history.rise_to_carry("other", now, at, NONE_MISSED) is None  # nothing recorded
 

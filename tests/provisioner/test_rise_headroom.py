@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bouncer.miss_budget import MissTally
-from provisioner.control_state import ControlState, Member, Snapshot, StepConfig
+from provisioner.control_state import ControlState, Member, Rise, Snapshot, StepConfig
 from provisioner.greedy import PlannerOption
 from provisioner.guards import GuardConfig
 from provisioner.pooling import capacity_in_pool
@@ -160,9 +160,11 @@ def test_the_rise_to_carry_is_by_misses_unless_configured_off() -> None:
     counted = carried_rise(grid, 2, 0.015 - 0.005)
     assert counted is not None and counted > 1.0
     misses = MissTally(10_000, 50)
-    assert rise_to_carry(grid, cfg, misses) == pytest.approx(counted)
+    whole = rise_to_carry(grid, cfg, misses)
+    assert whole is not None and whole.carried == whole.counted == pytest.approx(counted)
     by = rise_to_carry(grid, replace(cfg, rise_by_misses=True), misses)
-    assert by == pytest.approx(1.0 + (counted - 1.0) / 3)
+    assert by is not None and by.counted == pytest.approx(counted)
+    assert by.carried == pytest.approx(1.0 + (counted - 1.0) / 3)
     assert rise_to_carry(grid, replace(cfg, tau_steps=0), misses) is None
     short = _grid([10.0] * 5)
     assert rise_to_carry(short, replace(cfg, rise_by_misses=True), MissTally(1, 0)) is None
@@ -182,8 +184,12 @@ def test_absorbing_divides_the_pool_and_keeps_the_stand_alone_floor() -> None:
     assert absorbing(no_pool, 2.0) is no_pool
 
 
+def _carried(rise: float | None) -> Rise | None:
+    return None if rise is None else Rise(rise, rise)
+
+
 def _fleet_for(rate: float, worst: float | None) -> int:
-    snap = Snapshot("m", 0.0, (rate,) * 5, rate, (GPU,), (), carried_rise=worst)
+    snap = Snapshot("m", 0.0, (rate,) * 5, rate, (GPU,), (), carried_rise=_carried(worst))
     step = plan_step(snap, ControlState(), CFG, 1.0)
     return sum(launch.count for launch in step.launches)
 
@@ -205,13 +211,13 @@ def test_where_spill_answers_in_time_the_rise_changes_nothing() -> None:
     cfg = replace(CFG, pooled=True)
     snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), ())
     plain = plan_step(snap, ControlState(), cfg, 1.0)
-    with_rise = plan_step(replace(snap, carried_rise=3.0), ControlState(), cfg, 1.0)
+    with_rise = plan_step(replace(snap, carried_rise=Rise(3.0, 3.0)), ControlState(), cfg, 1.0)
     assert plain.launches == with_rise.launches
 
 
 def test_stand_alone_as_configured_stays_stand_alone() -> None:
     """``planner.pooled_capacity = false`` (the paper's planner): no pooling for rises."""
-    snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), (), carried_rise=2.0)
+    snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), (), carried_rise=Rise(2.0, 2.0))
     step = plan_step(snap, ControlState(), replace(CFG, pool_for_rises=False), 1.0)
     assert sum(launch.count for launch in step.launches) == 16
 
@@ -230,7 +236,9 @@ def test_a_spot_notice_rates_the_lost_instance_as_the_plan_counted_it() -> None:
     cfg = replace(CFG, standby_type="t3.large", standby_price=0.0832, standby_capacity_rps=0.5)
 
     def started(worst: float | None) -> int:
-        snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (spot,), (*fleet, *standbys), carried_rise=worst)
+        snap = Snapshot(
+            "m", 0.0, (8.0,) * 5, 8.0, (spot,), (*fleet, *standbys), carried_rise=_carried(worst)
+        )
         res = interruption_step(snap, ControlState(), cfg, "s0", 120.0)
         assert res is not None and res.start is not None
         return len(res.start.instance_ids)
@@ -244,7 +252,8 @@ def test_the_rating_says_how_the_plan_counted_each_instance() -> None:
     snap = Snapshot("m", 0.0, (8.0,) * 5, 8.0, (GPU,), ())
     assert rating(snap, replace(CFG, pooled=True)).startswith("in a pool (spill")
     assert rating(snap, CFG).startswith("alone")
-    assert "x2.50 within 2 min" in rating(replace(snap, carried_rise=2.5), CFG)
-    assert rating(replace(snap, carried_rise=2.5), replace(CFG, pool_for_rises=False)).startswith(
-        "alone"
-    )
+    whole = replace(snap, carried_rise=Rise(2.5, 2.5))
+    assert "rise of x2.50 within 2 min" in rating(whole, CFG)
+    scaled = rating(replace(snap, carried_rise=Rise(1.4, 3.1)), CFG)
+    assert "x1.40 of the x3.10 the history shows" in scaled and "within 2 min" in scaled
+    assert rating(whole, replace(CFG, pool_for_rises=False)).startswith("alone")
