@@ -94,9 +94,7 @@ BOUND_CODE = tuple(Path(__file__).parent / f for f in ("bound.py", "bound_bursts
 def bound_cache_path(cache_dir: Path, *parts: object) -> Path:
     """Where the bound of these inputs (``cached_bound``'s ``parts``), solved by the bound
     code as it is now, is kept under ``cache_dir``."""
-    h = hashlib.sha256()
-    for f in BOUND_CODE:
-        h.update(f.read_bytes())
+    h = hashlib.sha256(bound_code().encode())
     for part in parts:
         h.update(part.tobytes() if isinstance(part, np.ndarray) else repr(part).encode())
     return cache_dir / "bounds" / f"{h.hexdigest()[:24]}.json"
