@@ -101,9 +101,10 @@ def prime(path: Path, code: str, cache_dir: Path) -> int:
 
 
 def rebound(path: Path, code: str, cache_dir: Path, own_misses: bool = False) -> bool:
-    """Re-solve one result's bounds unless ``code`` solved them; whether it did anything."""
+    """Re-solve one result's bounds unless ``code`` solved them, or it solved none by
+    choice (``--no-bound``: ``bound_code`` None); whether it did anything."""
     doc = json.loads(path.read_text())
-    if doc.get("bound_code") == code:
+    if doc.get("bound_code", "") in (code, None):
         return False
     workload, model, cfg, arrivals = window_of(path, doc)
     catalog = load_catalog()

@@ -284,6 +284,12 @@ def simulate(
         "(its warm pool of stopped instances, above all) has formed: 3 h by default",
     ),
     seed: int = typer.Option(0, help="seed of the arrivals and interruptions"),
+    bound: bool = typer.Option(
+        True,
+        "--bound/--no-bound",
+        help="solve the lower bound beside each policy (minutes on the queueing models); "
+        "--no-bound where only the policies' costs are compared",
+    ),
     bound_own_misses: bool = typer.Option(
         True,
         "--bound-own-misses/--no-bound-own-misses",
@@ -391,6 +397,7 @@ def simulate(
                 forecaster=forecaster,
                 on_progress=on_progress,
                 cache_dir=state(ctx).settings().data_dir / "sim-cache",
+                bound=bound,
                 own_misses=bound_own_misses,
             )
         )
@@ -410,7 +417,7 @@ def simulate(
         "bounds": [
             {"policies": names, **bound.summary()} for bound, names in distinct_bounds(results)
         ],
-        "bound_code": bound_code(),
+        "bound_code": bound_code() if bound else None,
         "simulation_seconds": {r.policy: r.extra.get("wall_s") for r in results},
         "notes": list(sim_model.notes),
     }

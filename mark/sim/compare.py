@@ -253,10 +253,12 @@ async def compare(
     forecaster: Forecaster | None,
     on_progress: OnPolicy | None = None,
     cache_dir: Path | None = None,
+    bound: bool = True,
     own_misses: bool = True,
 ) -> list[PolicyResult]:
-    """Every policy on the same arrivals, each with its bound (``cache_dir``: where solved
-    bounds are kept between runs, ``cached_bound``; ``own_misses``: ``policy_bound``)."""
+    """Every policy on the same arrivals, each with its bound unless not ``bound`` (where
+    only the policies' costs are compared; ``cache_dir``: where solved bounds are kept
+    between runs, ``cached_bound``; ``own_misses``: ``policy_bound``)."""
     begin = int(workload.start - cfg.warmup_s)
     arrivals = workload.arrivals(begin, workload.end, cfg.seed)
     out = []
@@ -280,6 +282,9 @@ async def compare(
         else:
             result = await run_at(cfg.over_provision)
         result.extra["wall_s"] = round(time.perf_counter() - t, 2)  # type: ignore[index]
+        if not bound:
+            out.append(result)
+            continue
         out.append(
             policy_bound(
                 result,

@@ -116,3 +116,11 @@ def test_a_result_of_other_bound_code_primes_nothing(tmp_path: Path) -> None:
     rebound(path, "old-code", tmp_path / "solved")
     assert prime(path, compare.bound_code(), tmp_path / "fresh") == 0
     assert not (tmp_path / "fresh").exists()
+
+
+def test_a_run_that_solved_no_bound_by_choice_is_left_without(tmp_path: Path) -> None:
+    path = _result(tmp_path, within=0.995)
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "bound_code": None}))  # mark simulate --no-bound
+    assert not rebound(path, "new-code", tmp_path / "cache")
+    assert json.loads(path.read_text())["bound_code"] is None

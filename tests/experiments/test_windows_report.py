@@ -17,6 +17,7 @@ from report import (  # type: ignore[import-not-found]
     into_readme,
     span,
     summary,
+    write_report,
 )
 
 
@@ -171,3 +172,22 @@ def test_a_cost_over_bound_of_bounds_from_two_codes_is_marked(tmp_path: Path) ->
     path.write_text(json.dumps({"results": [_mark(10)]}))
     (row,) = [line for line in headline(tmp_path, ["m"]) if line.startswith("| m |")]
     assert "‡" not in row
+
+
+def test_runs_that_solved_no_bound_are_judged_on_cost_and_leave_the_header_alone(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "results"
+    for k, (on, off) in enumerate([(10, 12), (10, 11.5), (10, 12.5)]):
+        key = f"d10h{8 * k:02d}s0"
+        path = root / "mark" / "m" / f"{key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"results": [_mark(on)], "bound_code": "b1"}))
+        unbounded = {**_mark(off), "cost_over_bound": None}
+        path = root / "warmup-1h" / "m" / f"{key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"results": [unbounded], "bound_code": None}))
+    text = write_report(tmp_path, ["m"])
+    assert "Bound code: b1." in text and "mixed" not in text
+    warmup = text[text.index("### The warm-up") :]
+    assert "| 3 h warm-up (against 1 h) | m | 3 |" in warmup

@@ -199,3 +199,8 @@ async def test_a_sweep_may_skip_the_bound_at_a_runs_own_misses() -> None:
     assert with_own.bound_own is not None and with_own.bound_own.value > 0
     assert without.bound_own is None and without.bound is not None
     assert without.bound.value == with_own.bound.value and without.missed == with_own.missed
+    (unbounded,) = await compare(
+        w, _tiny_model(), [POLICIES["sagemaker"]], cfg, forecaster=None, bound=False
+    )
+    assert unbounded.bound is None and unbounded.bound_own is None
+    assert unbounded.total_cost == with_own.total_cost  # the run itself is the same
