@@ -46,13 +46,19 @@ class PolicyEvents:
     on_interruption: OnInterruption | None = None
 
 
+def interruption_rng(seed: int, t0: float) -> np.random.Generator:
+    """The spot market's draws for one run: the seed and the window's start, so two
+    windows of one seed meet independent interruptions, not one stream replayed."""
+    return np.random.default_rng([seed + 1, int(t0)])
+
+
 class SpotInterruptions:
     """The spot market's interruptions in one run and the reclaims that follow them."""
 
     def __init__(self, world: SimWorld, on_interruption: OnInterruption | None) -> None:
         self._world = world
         self._on_interruption = on_interruption
-        self._rng = np.random.default_rng(world.cfg.seed + 1)
+        self._rng = interruption_rng(world.cfg.seed, world.t0)
         self._reclaims: dict[str, float] = {}  # instance → when AWS takes it back
         planned = world.cfg.interruptions
         self._planned = sorted(world.t0 + dt for dt, _ in planned)

@@ -15,6 +15,7 @@ from mark.errors import ConfigError
 from mark.sim.bound import bound_offerings
 from mark.sim.drive_sagemaker import baseline_option, pooled_options, typical_rate
 from mark.sim.equal_slo import FACTORS, loosest_target
+from mark.sim.loop import interruption_rng
 from mark.sim.models import PAPER_MODELS, paper_model
 from mark.sim.policies import POLICIES
 from mark.sim.results import PolicyResult
@@ -150,3 +151,16 @@ def test_a_stressed_spot_market_interrupts_mark_spot_and_it_replaces_what_it_los
     result = asyncio.run(sim.run())
     assert result.extra["interruptions"] >= 3
     assert result.within_slo >= model.sl_min
+
+
+def test_two_windows_of_one_seed_meet_independent_interruptions() -> None:
+    """The spot market's draws depend on the window as well as the seed: one stream
+    replayed in every window of a seed would interrupt every window alike."""
+    day = 86400.0
+    draws = {
+        t0: interruption_rng(0, t0).random(64) for t0 in (EPOCH, EPOCH + 8 * 3600, EPOCH + day)
+    }
+    firsts = [tuple(d) for d in draws.values()]
+    assert len(set(firsts)) == len(firsts)
+    assert np.array_equal(interruption_rng(0, EPOCH).random(64), draws[EPOCH])
+    assert not np.array_equal(interruption_rng(1, EPOCH).random(64), draws[EPOCH])
