@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -74,6 +74,7 @@ class RunSet:
     """The seeds it runs: an ablation is paired window by window with mark on the same
     arrivals, so one seed per window (12 pairs a model) is its evidence, and the
     compute goes to the windows rather than to draws of the same window."""
+    _: KW_ONLY
     gone: bool = False
     """Its rule left the code after it ran: its results stay in the report, it runs no more."""
     bound: bool = True
@@ -116,8 +117,8 @@ SETS: dict[str, list[RunSet]] = {
             ("--no-persisting-floor",),
             "persisting floor",
             ONE,
-            True,
-            WITH_FLOOR,
+            gone=True,
+            base=WITH_FLOOR,
         ),
         RunSet(
             "no-capacity-target",
@@ -181,8 +182,8 @@ SETS: dict[str, list[RunSet]] = {
             ("--no-persisting-floor",),
             "persisting floor (mark-spot)",
             ONE,
-            True,
-            WITH_FLOOR,
+            gone=True,
+            base=WITH_FLOOR,
         ),
         RunSet(
             "no-calendar-spot",
@@ -207,8 +208,8 @@ SETS: dict[str, list[RunSet]] = {
             ("--no-persisting-floor", "--predictor", "lstm"),
             "persisting floor and calendar, together",
             ONE,
-            True,
-            WITH_FLOOR,
+            gone=True,
+            base=WITH_FLOOR,
         ),
     ],
     "variants": [
@@ -229,8 +230,8 @@ SETS: dict[str, list[RunSet]] = {
             ("--rise-by-misses",),
             "rise carried as the last hour's misses show",
             ONE,
-            True,
-            NO_RISE_BY_MISSES,
+            gone=True,
+            base=NO_RISE_BY_MISSES,
         ),
     ],
     "warmup": [

@@ -15,6 +15,7 @@ from report import (  # type: ignore[import-not-found]
     declines,
     headline,
     into_readme,
+    paired,
     span,
     summary,
     write_report,
@@ -191,3 +192,27 @@ def test_runs_that_solved_no_bound_are_judged_on_cost_and_leave_the_header_alone
     assert "Bound code: b1." in text and "mixed" not in text
     warmup = text[text.index("### The warm-up") :]
     assert "| 3 h warm-up (against 1 h) | m | 3 |" in warmup
+
+
+def test_a_set_that_ran_beside_older_code_is_paired_with_that_codes_runs(
+    tmp_path: Path,
+) -> None:
+    """``no-persisting-floor`` ran while the floor was in the code: its pairs are the runs
+    of that code (``mark-with-floor``), not ``mark`` as it is now, else the change
+    measured is every rule that came since."""
+    from run import SETS, WITH_FLOOR  # type: ignore[import-not-found]
+
+    (no_floor,) = [rs for rs in SETS["ablation"] if rs.name == "no-persisting-floor"]
+    assert no_floor.base == WITH_FLOOR and no_floor.gone and no_floor.bound is True
+    for k in range(3):
+        _write(tmp_path, "mark", f"w{k}", [_mark(10.0)])
+        _write(tmp_path, WITH_FLOOR, f"w{k}", [_mark(20.0 + k)])
+        _write(tmp_path, no_floor.name, f"w{k}", [_mark(20.0 + k)])
+    pairs = paired(tmp_path, "m", no_floor.name, "mark")
+    assert [(on["cost_total"], off["cost_total"]) for on, off in pairs] == [
+        (20.0, 20.0),
+        (21.0, 21.0),
+        (22.0, 22.0),
+    ]
+    rows = ablation(tmp_path, ["m"], [(no_floor.name, no_floor.rule)])
+    assert rows[2].endswith("| inert |")
